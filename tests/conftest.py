@@ -1,0 +1,45 @@
+import os
+
+import pytest
+import torch
+
+# Triton kernels run on CPU tensors under the interpreter; it must be on before they are imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU; skipped without one")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds on a CPU")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device():
+    return DEVICE
+
+
+def assert_close(actual, expected, atol, rtol, what=""):
+    """allclose that says where it failed."""
+    actual, expected = actual.float(), expected.float()
+    ok = torch.isclose(actual, expected, atol=atol, rtol=rtol)
+    if bool(ok.all()):
+        return
+    bad = (~ok).nonzero()
+    first = tuple(bad[0].tolist())
+    raise AssertionError(
+        f"{what} mismatch at {bad.shape[0]} of {ok.numel()} elements; first at {first}: "
+        f"{actual[first].item()} vs {expected[first].item()}; "
+        f"max abs diff {(actual - expected).abs().max().item():.3e}"
+    )
