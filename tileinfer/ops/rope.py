@@ -1,0 +1,101 @@
+"""Qwen3's per-head RMSNorm on Q and K (q_norm / k_norm) fused with rotary position embedding.
+
+RoPE is HF's rotate-half form: out = y * cat(c, c) + rotate_half(y) * cat(s, s), rotate_half(y) = cat(-y2, y1).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+def rope_cos_sin(head_dim, max_positions, theta, device=None):
+    """[max_positions, head_dim] fp32 table: [:, :D/2] = cos(p * inv_freq), [:, D/2:] = sin(p * inv_freq)."""
+    # the same fp32 ops as HF Qwen3RotaryEmbedding, so the table matches it bit for bit
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.arange(max_positions, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(device)
+
+
+def _norm_rope_ref(x, weight, cos, sin, eps):
+    y = x.float()
+    y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    y1, y2 = y.chunk(2, dim=-1)
+    return (y * cos + torch.cat((-y2, y1), dim=-1) * sin).to(x.dtype)
+
+
+def qk_norm_rope_ref(q, k, q_weight, k_weight, cos_sin, positions, eps):
+    """Plain-PyTorch definition. q [T, Hq, D] or None, k [T, Hk, D] -> new (q_out or None, k_out)."""
+    c, s = cos_sin[positions.long()].chunk(2, dim=-1)
+    cos, sin = torch.cat((c, c), -1)[:, None, :], torch.cat((s, s), -1)[:, None, :]
+    q_out = None if q is None else _norm_rope_ref(q, q_weight, cos, sin, eps)
+    return q_out, _norm_rope_ref(k, k_weight, cos, sin, eps)
+
+
+@triton.jit
+def _norm_rope_head(x_ptr, out_ptr, w_ptr, cos, sin, offs, mask, eps,
+                    HEAD_DIM: tl.constexpr):
+    half: tl.constexpr = HEAD_DIM // 2
+    x1 = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_ptr + half + offs, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
+    y1 = x1 * rstd * tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y2 = x2 * rstd * tl.load(w_ptr + half + offs, mask=mask, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + offs, (y1 * cos - y2 * sin).to(dtype), mask=mask)
+    tl.store(out_ptr + half + offs, (y2 * cos + y1 * sin).to(dtype), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(
+    q_ptr, k_ptr, q_out_ptr, k_out_ptr, q_weight_ptr, k_weight_ptr, cos_sin_ptr, positions_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_cs,
+    num_q_heads, num_kv_heads, eps,
+    HEAD_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):
+    """One head of one token (heads 0..Hq-1 are Q, the rest K), with p = positions[t]:
+    y = x * rsqrt(mean(x^2) + eps) * weight;  out = y * cat(cos, cos)[p] + rotate_half(y) * cat(sin, sin)[p].
+    """
+    t = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_HALF)
+    mask = offs < HEAD_DIM // 2
+    pos = tl.load(positions_ptr + t).to(tl.int64)
+    cos = tl.load(cos_sin_ptr + pos * stride_cs + offs, mask=mask, other=0.0)
+    sin = tl.load(cos_sin_ptr + pos * stride_cs + HEAD_DIM // 2 + offs, mask=mask, other=0.0)
+    if head < num_q_heads:
+        _norm_rope_head(q_ptr + t * stride_qt + head * stride_qh,
+                        q_out_ptr + (t * num_q_heads + head) * HEAD_DIM,
+                        q_weight_ptr, cos, sin, offs, mask, eps, HEAD_DIM)
+    else:
+        head -= num_q_heads
+        _norm_rope_head(k_ptr + t * stride_kt + head * stride_kh,
+                        k_out_ptr + (t * num_kv_heads + head) * HEAD_DIM,
+                        k_weight_ptr, cos, sin, offs, mask, eps, HEAD_DIM)
+
+
+def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps):
+    """Triton version of `qk_norm_rope_ref`, one launch for Q and K.
+
+    q, k may be strided views into the fused qkv output (last dim contiguous); positions [T] int32/int64
+    are read on the device, so a CUDA-graph replay can change them.
+    """
+    T, num_kv_heads, D = k.shape
+    assert D % 2 == 0 and k.stride(-1) == 1 and k_weight.shape == (D,)
+    assert cos_sin.dtype == torch.float32 and cos_sin.shape[1] == D and cos_sin.stride(1) == 1
+    assert positions.shape == (T,) and positions.dtype in (torch.int32, torch.int64)
+    k_out = torch.empty((T, num_kv_heads, D), dtype=k.dtype, device=k.device)
+    if q is None:
+        num_q_heads, q, q_out, q_weight = 0, k, k_out, k_weight
+    else:
+        num_q_heads = q.shape[1]
+        assert q.shape == (T, num_q_heads, D) and q.stride(-1) == 1 and q_weight.shape == (D,)
+        q_out = torch.empty((T, num_q_heads, D), dtype=q.dtype, device=q.device)
+    if T > 0:
+        block_half = triton.next_power_of_2(D // 2)
+        _qk_norm_rope_kernel[(T, num_q_heads + num_kv_heads)](
+            q, k, q_out, k_out, q_weight, k_weight, cos_sin, positions,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_sin.stride(0),
+            num_q_heads, num_kv_heads, eps,
+            HEAD_DIM=D, BLOCK_HALF=block_half, num_warps=max(1, min(4, block_half // 64)),
+        )
+    return (q_out if num_q_heads else None), k_out

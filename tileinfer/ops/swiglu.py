@@ -1,0 +1,38 @@
+"""SwiGLU activation on the fused gate_up projection output: silu(gate) * up."""
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+def silu_mul_ref(gate_up):
+    """Plain-PyTorch definition: gate_up [T, 2I] -> silu(g) * u in fp32, cast to gate_up.dtype."""
+    g, u = gate_up.chunk(2, dim=-1)
+    return (F.silu(g.float()) * u.float()).to(gate_up.dtype)
+
+
+@triton.jit
+def _silu_mul_kernel(gate_up_ptr, out_ptr, stride_in, stride_out, I, BLOCK: tl.constexpr):
+    """out[t, i] = g * sigmoid(g) * u with g = gate_up[t, i], u = gate_up[t, I + i], fp32 math."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < I
+    g = tl.load(gate_up_ptr + row * stride_in + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(gate_up_ptr + row * stride_in + I + offs, mask=mask, other=0.0).to(tl.float32)
+    out = g * tl.sigmoid(g) * u
+    tl.store(out_ptr + row * stride_out + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_mul(gate_up):
+    """Triton version of `silu_mul_ref`: gate_up [T, 2I] (rows may be strided) -> [T, I]."""
+    assert gate_up.dim() == 2 and gate_up.stride(-1) == 1 and gate_up.shape[1] % 2 == 0
+    T, I = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty((T, I), dtype=gate_up.dtype, device=gate_up.device)
+    if T == 0:
+        return out
+    block = min(1024, triton.next_power_of_2(I))
+    _silu_mul_kernel[(T, triton.cdiv(I, block))](
+        gate_up, out, gate_up.stride(0), out.stride(0), I, BLOCK=block, num_warps=4,
+    )
+    return out
