@@ -1,0 +1,38 @@
+"""Attention over one layer's KV cache: the plain-PyTorch definition and the split-count heuristic.
+
+Layout shared by every attention kernel of TileInfer:
+- ``k_cache``, ``v_cache``: ``[max_positions, num_kv_heads, head_dim]``; positions ``[0, kv_len)`` are
+  valid and already hold the new tokens' K/V.
+- ``q``: ``[T, num_q_heads, head_dim]``; the T queries are the last T positions, query i sits at
+  position ``kv_len - T + i``. Query head h reads KV head ``h // (num_q_heads // num_kv_heads)``.
+- ``causal=True``: query i sees keys ``j <= kv_len - T + i``; ``causal=False``: all ``kv_len`` keys.
+- Softmax in fp32; the output is ``[T, num_q_heads, head_dim]``, contiguous, in q's dtype.
+"""
+
+import torch
+
+
+def attention_ref(q, k_cache, v_cache, kv_len: int, causal: bool = True, scale: float | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · scale + mask) v over cache positions [0, kv_len), in fp32."""
+    kv_len = int(kv_len)
+    num_q_tokens, num_q_heads, head_dim = q.shape
+    group = num_q_heads // k_cache.shape[1]
+    if scale is None:
+        scale = head_dim**-0.5
+    k = k_cache[:kv_len].float().repeat_interleave(group, dim=1)
+    v = v_cache[:kv_len].float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("thd,lhd->htl", q.float(), k) * scale
+    if causal:
+        q_pos = torch.arange(kv_len - num_q_tokens, kv_len, device=q.device)
+        k_pos = torch.arange(kv_len, device=q.device)
+        scores = scores.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("htl,lhd->thd", probs, v).to(q.dtype).contiguous()
+
+
+def default_num_splits(kv_len: int, num_q_tokens: int = 1) -> int:
+    """Split count for ``decode_attention``: enough (KV head × split) programs to fill the GPU's SMs,
+    but no split shorter than a few key blocks."""
+    min_split_len = 256
+    max_splits = 16
+    return max(1, min(max_splits, kv_len // min_split_len))

@@ -1,0 +1,208 @@
+"""Split-KV attention for a few query tokens (decode, DFlash verify, DFlash drafter block).
+
+Stage 1 (grid ``(num_kv_heads, num_splits)``): one program takes every query row of one KV head —
+all T tokens × the GQA group, padded to a ``tl.dot`` tile — over one contiguous share of the cache,
+and writes a partial output and its log-sum-exp. Stage 2 (grid ``(T, num_q_heads)``) merges the
+partials by log-sum-exp. ``kv_len`` is read on the device and ``num_splits`` is a runtime argument,
+so a captured CUDA graph replays for any cache length and a notebook can change the split count
+without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from tileinfer.errors import ConfigError
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _split_kv_attention_kernel(
+    Q, K, V, KV_LEN, MID_O, MID_LSE,
+    num_splits, qk_scale,
+    stride_qt, stride_qh, stride_qd,
+    stride_kn, stride_kh,
+    stride_vn, stride_vh,
+    stride_os, stride_ot, stride_oh,
+    stride_ls, stride_lt,
+    NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Stage 1. For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
+        s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
+        o_r = Σ_n exp(s_rn − lse_r) v_n,  lse_r = log Σ_n exp(s_rn)      (lse kept in log2 units)
+    with chunk = cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N and split s covering
+    [s·chunk, min((s+1)·chunk, kv_len)). An empty split, or a row that sees none of its keys,
+    writes o = 0 and lse = −inf."""
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    kv_len = tl.load(KV_LEN).to(tl.int32)
+    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, kv_len)
+
+    rows = tl.arange(0, BLOCK_M)
+    row_valid = rows < NUM_Q_TOKENS * GROUP
+    token = rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    q_pos = kv_len - NUM_Q_TOKENS + token
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    k_base = K + kv_head * stride_kh + offs_d[None, :]
+    v_base = V + kv_head * stride_vh + offs_d[None, :]
+    for n0 in tl.range(start, end, BLOCK_N):
+        n = n0 + offs_n
+        n_valid = n < end
+        k = tl.load(k_base + n[:, None] * stride_kn, mask=n_valid[:, None], other=0.0)
+        v = tl.load(v_base + n[:, None] * stride_vn, mask=n_valid[:, None], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        visible = n_valid[None, :]
+        if CAUSAL:
+            visible = visible & (n[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen no key yet keeps m = −inf; shift by 0 then so exp2 gives 0, not NaN.
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_shift[:, None])
+        alpha = tl.math.exp2(m_i - m_shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+    o_ptrs = MID_O + split * stride_os + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, out, mask=row_valid[:, None])
+    tl.store(MID_LSE + split * stride_ls + token * stride_lt + head, lse, mask=row_valid)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    MID_O, MID_LSE, OUT,
+    num_splits,
+    stride_os, stride_ot, stride_oh,
+    stride_ls, stride_lt,
+    stride_out_t, stride_out_h,
+    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Stage 2. For one (token, head): out = Σ_s exp2(lse_s − lse) o_s with lse = log2 Σ_s exp2(lse_s),
+    over the splits in tiles of BLOCK_S."""
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_s = tl.arange(0, BLOCK_S)
+    m = tl.full([1], float("-inf"), tl.float32)
+    denom = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        s = s0 + offs_s
+        s_valid = s < num_splits
+        lse = tl.load(MID_LSE + s * stride_ls + token * stride_lt + head, mask=s_valid, other=float("-inf"))
+        o = tl.load(
+            MID_O + s[:, None] * stride_os + token * stride_ot + head * stride_oh + offs_d[None, :],
+            mask=s_valid[:, None], other=0.0,
+        )
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.math.exp2(lse - m_shift)
+        alpha = tl.math.exp2(m - m_shift)
+        denom = denom * alpha + tl.sum(w, 0)
+        acc = acc * alpha + tl.sum(w[:, None] * o, 0)
+        m = m_new
+    out = acc / denom
+    tl.store(OUT + token * stride_out_t + head * stride_out_h + offs_d, out.to(OUT.dtype.element_ty))
+
+
+def _check_inputs(q, k_cache, v_cache):
+    if q.dim() != 3 or k_cache.dim() != 3 or v_cache.shape != k_cache.shape:
+        raise ConfigError(
+            f"attention expects q [T, num_q_heads, head_dim] and k/v caches [max_positions, num_kv_heads, "
+            f"head_dim] of one shape; got q {tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}"
+        )
+    num_q_heads, head_dim = q.shape[1], q.shape[2]
+    if k_cache.shape[2] != head_dim:
+        raise ConfigError(
+            f"q has head_dim {head_dim} but the KV cache has head_dim {k_cache.shape[2]}; "
+            "build the cache with the model's head_dim"
+        )
+    if num_q_heads % k_cache.shape[1] != 0:
+        raise ConfigError(
+            f"num_q_heads {num_q_heads} is not a multiple of num_kv_heads {k_cache.shape[1]}"
+        )
+    if head_dim & (head_dim - 1) or head_dim < 16:
+        raise ConfigError(f"head_dim must be a power of two >= 16, got {head_dim}")
+    if k_cache.device != q.device or v_cache.device != q.device:
+        raise ConfigError(f"q is on {q.device} but the KV cache is on {k_cache.device}/{v_cache.device}")
+    assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "KV cache rows must be contiguous"
+
+
+def decode_attention(
+    q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
+    *, block_n: int = 64, num_warps: int = 4, num_stages: int = 3,
+) -> torch.Tensor:
+    """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
+    positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host)."""
+    _check_inputs(q, k_cache, v_cache)
+    if num_splits < 1:
+        raise ConfigError(f"num_splits must be at least 1, got {num_splits}")
+    if not isinstance(kv_len, torch.Tensor) or kv_len.numel() != 1 or kv_len.dtype not in (torch.int32, torch.int64):
+        raise ConfigError("decode_attention takes kv_len as a 1-element int32/int64 tensor on q's device")
+    if kv_len.device != q.device:
+        raise ConfigError(f"kv_len is on {kv_len.device} but q is on {q.device}; keep kv_len on q's device")
+    num_q_tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    group = num_q_heads // num_kv_heads
+    rows = num_q_tokens * group
+    if rows > 128:
+        raise ConfigError(
+            f"decode_attention takes at most 128 query rows per KV head (T × group), got {num_q_tokens} × {group}; "
+            "use prefill_attention for longer query blocks"
+        )
+    if scale is None:
+        scale = head_dim**-0.5
+    block_m = max(16, triton.next_power_of_2(rows))
+    dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
+
+    mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
+    out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
+    _split_kv_attention_kernel[(num_kv_heads, num_splits)](
+        q, k_cache, v_cache, kv_len, mid_o, mid_lse,
+        num_splits, scale * LOG2E,
+        q.stride(0), q.stride(1), q.stride(2),
+        k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1),
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+        mid_lse.stride(0), mid_lse.stride(1),
+        NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    _merge_splits_kernel[(num_q_tokens, num_q_heads)](
+        mid_o, mid_lse, out,
+        num_splits,
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+        mid_lse.stride(0), mid_lse.stride(1),
+        out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, BLOCK_S=16,
+        num_warps=1 if head_dim <= 64 else 2,
+    )
+    return out

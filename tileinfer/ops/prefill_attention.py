@@ -1,0 +1,142 @@
+"""Flash-attention forward for many query tokens (prefill, chunked prefill).
+
+Grid ``(cdiv(T, BLOCK_M), num_q_heads)``; each program streams the KV cache of its head's KV head
+once with an online softmax. Under ``causal`` the key blocks wholly to the left of the query block
+run without masks and the loop stops at the block's last visible key. The T queries sit at the
+last T positions, so a chunk with ``kv_len > T`` attends to the cached prefix plus itself.
+Reference: ``tileinfer.ops.attention.attention_ref``.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from tileinfer.ops.decode_attention import _check_inputs
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _online_softmax_step(
+    q, k_ptrs, v_ptrs, n, q_pos, kv_len, m_i, l_i, acc, qk_scale,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    if MASK:
+        n_valid = n < kv_len
+        k = tl.load(k_ptrs, mask=n_valid[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=n_valid[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    if MASK:
+        visible = n_valid[None, :]
+        if CAUSAL:
+            visible = visible & (n[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # Padded rows past T, or a row whose keys all sit in later blocks, keep m = −inf: shift by 0.
+    m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_shift[:, None])
+    alpha = tl.math.exp2(m_i - m_shift)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _prefill_attention_kernel(
+    Q, K, V, OUT,
+    num_q_tokens, kv_len, qk_scale,
+    stride_qt, stride_qh, stride_qd,
+    stride_kn, stride_kh,
+    stride_vn, stride_vh,
+    stride_out_t, stride_out_h,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """out_t = Σ_n softmax_n(q_t · k_n · scale) v_n over n < kv_len, and n <= kv_len − T + t when causal;
+    one program per (BLOCK_M query tokens, query head)."""
+    start_m = tl.program_id(0)
+    head = tl.program_id(1)
+    kv_head = head // GROUP
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_valid = offs_m < num_q_tokens
+    q = tl.load(
+        Q + offs_m[:, None] * stride_qt + head * stride_qh + offs_d[None, :] * stride_qd,
+        mask=row_valid[:, None], other=0.0,
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
+    prefix = kv_len - num_q_tokens
+    q_pos = prefix + offs_m
+
+    if CAUSAL:
+        # Keys before the block's first query are visible to every row; the rest need the mask.
+        unmasked_end = (prefix + start_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        end = tl.minimum(kv_len, prefix + (start_m + 1) * BLOCK_M)
+    else:
+        unmasked_end = kv_len // BLOCK_N * BLOCK_N
+        end = kv_len
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    k_base = K + kv_head * stride_kh + offs_d[None, :]
+    v_base = V + kv_head * stride_vh + offs_d[None, :]
+    for n0 in tl.range(0, unmasked_end, BLOCK_N):
+        n = n0 + offs_n
+        m_i, l_i, acc = _online_softmax_step(
+            q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
+            m_i, l_i, acc, qk_scale, False, CAUSAL, UPCAST, DOT_PRECISION,
+        )
+    for n0 in tl.range(unmasked_end, end, BLOCK_N):
+        n = n0 + offs_n
+        m_i, l_i, acc = _online_softmax_step(
+            q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
+            m_i, l_i, acc, qk_scale, True, CAUSAL, UPCAST, DOT_PRECISION,
+        )
+
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    tl.store(
+        OUT + offs_m[:, None] * stride_out_t + head * stride_out_h + offs_d[None, :],
+        out.to(OUT.dtype.element_ty), mask=row_valid[:, None],
+    )
+
+
+def prefill_attention(
+    q, k_cache, v_cache, kv_len: int, causal: bool = True, scale=None,
+    *, block_m: int = 128, block_n: int = 64, num_warps: int = 8, num_stages: int = 3,
+) -> torch.Tensor:
+    """Attention of the T queries in ``q`` (the last T of ``kv_len`` cache positions); ``kv_len`` is a
+    host int, ``kv_len >= T``."""
+    _check_inputs(q, k_cache, v_cache)
+    num_q_tokens, num_q_heads, head_dim = q.shape
+    kv_len = int(kv_len)
+    assert num_q_tokens <= kv_len <= k_cache.shape[0], "the queries' own K/V must already be in the cache"
+    if scale is None:
+        scale = head_dim**-0.5
+    out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
+    grid = (triton.cdiv(num_q_tokens, block_m), num_q_heads)
+    _prefill_attention_kernel[grid](
+        q, k_cache, v_cache, out,
+        num_q_tokens, kv_len, scale * LOG2E,
+        q.stride(0), q.stride(1), q.stride(2),
+        k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1),
+        out.stride(0), out.stride(1),
+        GROUP=num_q_heads // k_cache.shape[1], HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
