@@ -1,0 +1,81 @@
+"""Launch configs for the skinny GEMMs: tuned winners per GPU from gemm_configs.json, else a heuristic.
+
+JSON layout: {gpu_name: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
+num_warps, num_stages}}}}}, with gpu_name as `torch.cuda.get_device_name()` returns it. The file is read
+once; nothing is tuned at call time (the engine captures CUDA graphs). `tools/tune_gemm.py` (an alias of
+`bench/gemm_bench.py --tune`) writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+CONFIG_PATH = Path(__file__).with_name("gemm_configs.json")
+M_BUCKETS = (1, 4, 16)
+NUM_SMS_GUESS = 132  # H200; only used by the heuristic when no device is visible
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def m_bucket(m: int) -> int:
+    """The smallest bucket in M_BUCKETS holding m (m <= 16)."""
+    for b in M_BUCKETS:
+        if m <= b:
+            return b
+    raise ValueError(f"skinny GEMM configs cover M <= {M_BUCKETS[-1]}, got {m}")
+
+
+@lru_cache(maxsize=None)
+def load_table(path: str = str(CONFIG_PATH)) -> dict:
+    p = Path(path)
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+@lru_cache(maxsize=None)
+def _device_info(index: int) -> tuple[str, int]:
+    props = torch.cuda.get_device_properties(index)
+    return props.name, props.multi_processor_count
+
+
+def heuristic_config(n: int, k: int, m: int, kind: str, num_sms: int = NUM_SMS_GUESS) -> GemmConfig:
+    """A reasonable config for a shape nobody tuned: enough programs to cover the SMs twice, split K if N is small."""
+    block_n = 16 if m == 1 else 64
+    block_k = 256 if kind == "bf16" else 256
+    block_k = min(block_k, max(16, 1 << (k - 1).bit_length()))
+    n_tiles = -(-n // block_n)
+    split_k = 1
+    while n_tiles * split_k < 2 * num_sms and k // (block_k * split_k * 2) >= 2:
+        split_k *= 2
+    return GemmConfig(block_n=block_n, block_k=block_k, split_k=split_k, num_warps=4, num_stages=4)
+
+
+def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = None) -> GemmConfig:
+    """The config for an [m, k] x [n, k]^T product with `kind` "bf16" (any float weight) or "int8" weights."""
+    if device is not None and device.type == "cuda":
+        name, num_sms = _device_info(device.index if device.index is not None else torch.cuda.current_device())
+    else:
+        name, num_sms = "cpu", NUM_SMS_GUESS
+    return _lookup(name, num_sms, n, k, m_bucket(m), kind)
+
+
+@lru_cache(maxsize=4096)
+def _lookup(gpu: str, num_sms: int, n: int, k: int, bucket: int, kind: str) -> GemmConfig:
+    entry = load_table().get(gpu, {}).get(f"{n}x{k}", {}).get(f"m{bucket}", {}).get(kind)
+    if entry:
+        return GemmConfig(**entry)
+    return heuristic_config(n, k, bucket, kind, num_sms)

@@ -1,0 +1,180 @@
+"""The engine's linear layer: y = x @ W.T, with W in BF16/FP16/FP32 or INT8 + a per-output-channel scale.
+
+`linear_ref` is the definition (what gpt-fast does); `linear` dispatches by M:
+  M <= 16, float weight  -> our skinny GEMM (skinny_gemm.py; GEMV for M = 1, tl.dot with M padded to 16 above)
+  M <= 16, int8 weight   -> the same skinny kernel, converting int8 -> x.dtype in registers, scale in the epilogue
+  M > 16,  float weight  -> F.linear (cuBLAS)
+  M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tileinfer.errors import CheckpointError
+
+SKINNY_MAX_M = 16
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass
+class Linear:
+    """One projection: y = x @ W.T (no bias).
+
+    Either `weight` [N, K] (bf16/fp16/fp32), or `qweight` int8 [N, K] + `scale` [N] (fp32 as
+    `quantize_linear` makes it; bf16 is accepted too, e.g. from a compressed-tensors checkpoint),
+    meaning W = qweight * scale[:, None]. `parts` lists the checkpoint tensor names (without
+    ".weight") and row counts a fused weight was concatenated from, in order.
+    """
+
+    weight: torch.Tensor | None = None
+    qweight: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    parts: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self):
+        what = f"linear {self.parts[0][0]!r}" if self.parts else "linear"
+        if (self.weight is None) == (self.qweight is None):
+            raise CheckpointError(f"{what}: give exactly one of `weight` or `qweight` (+ `scale`)")
+        if self.weight is not None:
+            if self.weight.dim() != 2 or self.weight.dtype not in _FLOAT_DTYPES:
+                raise CheckpointError(
+                    f"{what}: weight must be a 2-D bf16/fp16/fp32 tensor, got {tuple(self.weight.shape)} "
+                    f"{self.weight.dtype}; int8 weights go in `qweight` with a `scale`"
+                )
+            if self.scale is not None:
+                raise CheckpointError(f"{what}: a float `weight` takes no `scale`")
+        else:
+            if self.qweight.dim() != 2 or self.qweight.dtype != torch.int8:
+                raise CheckpointError(
+                    f"{what}: qweight must be a 2-D int8 tensor, got {tuple(self.qweight.shape)} {self.qweight.dtype}"
+                )
+            if self.scale is None:
+                raise CheckpointError(
+                    f"{what}: int8 weight without a scale; a quantized linear needs `scale` [N] "
+                    f"(re-export the checkpoint with its `.scale` tensors)"
+                )
+            n = self.qweight.shape[0]
+            if self.scale.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                raise CheckpointError(f"{what}: scale must be fp32 or bf16, got {self.scale.dtype}")
+            if self.scale.numel() != n:
+                raise CheckpointError(f"{what}: scale has {self.scale.numel()} entries for {n} output rows")
+            if self.scale.dim() != 1:
+                self.scale = self.scale.reshape(n)
+        if self.parts and sum(rows for _, rows in self.parts) != self.out_features:
+            raise CheckpointError(
+                f"{what}: parts {self.parts} add up to {sum(r for _, r in self.parts)} rows, "
+                f"the weight has {self.out_features}"
+            )
+
+    @property
+    def out_features(self) -> int:
+        return self._w.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self._w.shape[1]
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.qweight is not None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one call reads from the weight (qweight + scale when quantized)."""
+        if self.is_quantized:
+            return self.qweight.numel() * 1 + self.scale.numel() * self.scale.element_size()
+        return self.weight.numel() * self.weight.element_size()
+
+    @property
+    def device(self) -> torch.device:
+        return self._w.device
+
+    @property
+    def _w(self) -> torch.Tensor:
+        return self.qweight if self.weight is None else self.weight
+
+    def dequantized(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """W as a float tensor (qweight * scale in fp32, then cast)."""
+        if not self.is_quantized:
+            return self.weight.to(dtype)
+        return (self.qweight.float() * self.scale.float()[:, None]).to(dtype)
+
+    def to(self, device) -> Linear:
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Linear(move(self.weight), move(self.qweight), move(self.scale), self.parts)
+
+
+def _check_input(x: torch.Tensor, lin: Linear) -> None:
+    if x.shape[-1] != lin.in_features:
+        raise ValueError(
+            f"linear: x has {x.shape[-1]} features (shape {tuple(x.shape)}) but the weight is "
+            f"[{lin.out_features}, {lin.in_features}]; x's last dim must equal in_features"
+        )
+    if x.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"linear: x must be bf16/fp16/fp32, got {x.dtype}")
+
+
+def linear_ref(x: torch.Tensor, lin: Linear) -> torch.Tensor:
+    """y = x @ W.T in x.dtype: F.linear(x, W), or F.linear(x, qweight) * scale (gpt-fast's INT8 weight-only)."""
+    _check_input(x, lin)
+    if lin.is_quantized:
+        # int8 values are exact in bf16/fp16, so the matmul sees exactly qweight.
+        return (F.linear(x, lin.qweight.to(x.dtype)) * lin.scale).to(x.dtype)
+    return F.linear(x, lin.weight.to(x.dtype))
+
+
+def linear(x: torch.Tensor, lin: Linear) -> torch.Tensor:
+    """Triton path for y = x @ W.T; x [..., K] -> [..., N] in x.dtype. Same result as `linear_ref`."""
+    from tileinfer.ops.skinny_gemm import skinny_gemm
+    from tileinfer.ops.w8a16_gemm import w8a16_gemm
+
+    _check_input(x, lin)
+    if x.device != lin.device:
+        raise ValueError(f"linear: x is on {x.device}, the weight on {lin.device}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, lin.in_features)
+    m = x2.shape[0]
+    if m == 0:
+        return x.new_empty(*lead, lin.out_features)
+    if m <= SKINNY_MAX_M:
+        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale)
+    elif lin.is_quantized:
+        y = w8a16_gemm(x2, lin.qweight, lin.scale)
+    else:
+        y = F.linear(x2, lin.weight.to(x.dtype))
+    return y.reshape(*lead, lin.out_features)
+
+
+def embedding(ids: torch.Tensor, lin: Linear, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Row lookup in a (possibly tied, possibly INT8) table: weight[ids], or qweight[ids] * scale[ids, None].
+
+    A quantized table dequantizes only the looked-up rows, so a tied INT8 LM head needs no second
+    BF16 copy. Output dtype: `dtype`, else the weight's dtype, else bf16 for a quantized table.
+    """
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"embedding: ids must be int32/int64, got {ids.dtype}")
+    if not lin.is_quantized:
+        return lin.weight[ids].to(dtype or lin.weight.dtype)
+    rows = lin.qweight[ids].float() * lin.scale.float()[ids].unsqueeze(-1)
+    return rows.to(dtype or torch.bfloat16)
+
+
+def quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel INT8: scale = amax|W| over K / 127 (1 for an all-zero row), q = round(W / scale)."""
+    w32 = w.float()
+    amax = w32.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    q = torch.round(w32 / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def quantize_linear(lin: Linear) -> Linear:
+    """INT8 copy of `lin` (qweight int8 [N, K], scale fp32 [N]); an already quantized one is returned as is."""
+    if lin.is_quantized:
+        return lin
+    q, scale = quantize_weight(lin.weight)
+    return Linear(qweight=q, scale=scale, parts=lin.parts)

@@ -1,0 +1,140 @@
+"""Skinny GEMM for M <= 16 (decode and DFlash verify/draft): y = x @ W.T, weights streamed once.
+
+At these M every linear is a pass over its weight, so the kernel is built for bandwidth: each program
+owns BLOCK_N rows of W and one of SPLIT_K slices of K, loads [BLOCK_N, BLOCK_K] tiles contiguous
+along K (16-byte loads), and accumulates in fp32. M = 1 multiplies elementwise (GEMV); M in 2..16 pads
+M to 16 and uses `tl.dot` with W as the left operand (swap-AB, so N fills the MMA's M side). The
+small Qwen3-4B shapes (o 2560x4096, down 2560x9728) have too few row tiles to fill 132 SMs, hence
+split-K: each split writes fp32 partials and a second kernel sums them in a fixed order
+(deterministic, no atomics, nothing to zero, so CUDA-graph safe).
+
+The same kernel serves INT8 weights (HAS_SCALE): int8 tiles are converted to x's dtype in registers
+and the per-channel scale is applied in the epilogue. `skinny_gemm_ref` is the definition.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from tileinfer.ops.gemm_configs import GemmConfig, get_config
+
+# The interpreter's tl.dot on bf16 multiplies bit patterns; upcast to fp32 there.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+MAX_M = 16
+
+
+def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ (w * scale[:, None]).T in x.dtype, computed in fp32."""
+    wf = w.float() if scale is None else w.float() * scale.float()[:, None]
+    return (x.float() @ wf.T).to(x.dtype)
+
+
+@triton.jit
+def _skinny_gemm_kernel(
+    x_ptr, w_ptr, scale_ptr, y_ptr,
+    M, N, K, k_per_split,
+    stride_xm, stride_wn, stride_ym, stride_ys,
+    HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr,
+):
+    """y[s, m, n] = sum_{k in split s} x[m, k] * W[n, k]  (* scale[n]); s = program_id(1).
+
+    With one split y is the output [M, N] in x's dtype; with several it is fp32 partials [SPLIT_K, M, N].
+    """
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    w_rows = w_ptr + offs_n[:, None] * stride_wn
+    y_base = y_ptr + pid_k * stride_ys
+
+    if BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(k_start, k_end, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            k_mask = offs_k < k_end
+            w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+            xk = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0)
+            acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+        out = tl.sum(acc, axis=1)
+        if HAS_SCALE:
+            out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        tl.store(y_base + offs_n, out.to(y_ptr.dtype.element_ty), mask=n_mask)
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        m_mask = offs_m < M
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for k0 in range(k_start, k_end, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            k_mask = offs_k < k_end
+            w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+            xt = tl.load(
+                x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
+                mask=m_mask[None, :] & k_mask[:, None], other=0.0,
+            )
+            if DOT_FP32:
+                acc += tl.dot(w.to(tl.float32), xt.to(tl.float32))
+            elif DOT_IEEE:
+                acc = tl.dot(w.to(xt.dtype), xt, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(w.to(xt.dtype), xt, acc)
+        if HAS_SCALE:
+            acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        y_ptrs = y_base + offs_m[None, :] * stride_ym + offs_n[:, None]
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
+
+
+@triton.jit
+def _splitk_reduce_kernel(partial_ptr, y_ptr, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    """y[i] = sum_s partial[s, i], summed in split order (deterministic)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(partial_ptr + s * numel + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _pow2_at_least(v: int, lo: int = 16) -> int:
+    return max(lo, 1 << (max(v, 1) - 1).bit_length())
+
+
+def skinny_gemm(
+    x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None
+) -> torch.Tensor:
+    """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
+
+    `config` overrides the tuned/heuristic launch config (the tuner and the tests use it).
+    """
+    m, k = x.shape
+    n = w.shape[0]
+    assert 1 <= m <= MAX_M, f"skinny_gemm takes M <= {MAX_M}, got {m}"
+    assert w.shape[1] == k and w.stride(1) == 1, (tuple(w.shape), w.stride())
+    assert (w.dtype == torch.int8) == (scale is not None), "int8 weights need a scale, float weights none"
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    cfg = config or get_config(n, k, m, "int8" if scale is not None else "bf16", x.device)
+    block_k = min(cfg.block_k, _pow2_at_least(k))
+    k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), block_k) * block_k
+    split_k = triton.cdiv(k, k_per_split)  # never an empty split
+    y = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    out = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
+    grid = (triton.cdiv(n, cfg.block_n), split_k)
+    _skinny_gemm_kernel[grid](
+        x, w, scale if scale is not None else w, out,
+        m, n, k, k_per_split,
+        x.stride(0), w.stride(0), n, m * n,
+        HAS_SCALE=scale is not None, BLOCK_M=1 if m == 1 else 16, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+        DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if split_k > 1:
+        block = 1024
+        _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](out, y, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
+    return y
