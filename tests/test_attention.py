@@ -1,0 +1,149 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import assert_close
+from tileinfer.errors import ConfigError
+from tileinfer.ops.attention import attention_ref, default_num_splits
+from tileinfer.ops.decode_attention import decode_attention
+from tileinfer.ops.prefill_attention import prefill_attention
+
+# The interpreter truncates fp32 → bf16, so bf16 results get bf16 tolerances.
+TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, dtype, device, seed=0):
+    """Random q and a cache whose positions past kv_len hold NaN, so reading them would show."""
+    g = torch.Generator().manual_seed(seed)
+    max_positions = kv_len + 11
+    q = torch.randn(num_q_tokens, num_q_heads, head_dim, generator=g).to(dtype)
+    k = torch.randn(max_positions, num_kv_heads, head_dim, generator=g).to(dtype)
+    v = torch.randn(max_positions, num_kv_heads, head_dim, generator=g).to(dtype)
+    k[kv_len:] = float("nan")
+    v[kv_len:] = float("nan")
+    return q.to(device), k.to(device), v.to(device)
+
+
+def test_reference_matches_sdpa():
+    kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim = 23, 5, 4, 2, 16
+    q, k, v = make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, torch.float32, "cpu")
+    group = num_q_heads // num_kv_heads
+    q_pos = torch.arange(kv_len - num_q_tokens, kv_len)
+    for causal in (True, False):
+        visible = torch.arange(kv_len)[None, :] <= q_pos[:, None] if causal else None
+        expected = F.scaled_dot_product_attention(
+            q.transpose(0, 1),
+            k[:kv_len].repeat_interleave(group, dim=1).transpose(0, 1),
+            v[:kv_len].repeat_interleave(group, dim=1).transpose(0, 1),
+            attn_mask=visible,
+        ).transpose(0, 1)
+        assert_close(attention_ref(q, k, v, kv_len, causal), expected, 1e-5, 1e-5, f"ref causal={causal}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 5, 8])
+def test_decode_every_split_count(dtype, num_splits, device):
+    # 130 positions = 3 blocks of 64: 5 and 8 splits leave some splits empty.
+    q, k, v = make_inputs(130, 16, 4, 1, 32, dtype, device)
+    kv_len = torch.tensor([130], dtype=torch.int32, device=device)
+    out = decode_attention(q, k, v, kv_len, causal=True, num_splits=num_splits)
+    atol, rtol = TOLERANCES[dtype]
+    assert_close(out, attention_ref(q, k, v, 130, True), atol, rtol, f"splits={num_splits}")
+
+
+DECODE_CASES = [
+    # kv_len, T, num_q_heads, num_kv_heads, head_dim, causal
+    (1, 1, 2, 2, 16, True),
+    (37, 1, 4, 1, 32, True),
+    (37, 3, 2, 1, 16, True),
+    (37, 3, 4, 2, 32, False),
+    (130, 1, 4, 1, 16, True),
+    (130, 16, 2, 2, 16, False),
+    (64, 16, 4, 1, 16, True),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_len,num_q_tokens,num_q_heads,num_kv_heads,head_dim,causal", DECODE_CASES)
+def test_decode_matches_reference(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, causal, dtype, device):
+    q, k, v = make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, dtype, device)
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int64, device=device)
+    out = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=3)
+    assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous()
+    atol, rtol = TOLERANCES[dtype]
+    assert_close(out, attention_ref(q, k, v, kv_len, causal), atol, rtol, "decode")
+
+
+def test_decode_strided_q_and_scale(device):
+    # q as a view into a fused qkv projection output: the token stride is not heads × head_dim.
+    num_q_heads, num_kv_heads, head_dim, kv_len = 4, 2, 16, 45
+    _, k, v = make_inputs(kv_len, 3, num_q_heads, num_kv_heads, head_dim, torch.float32, device)
+    qkv = torch.randn(3, (num_q_heads + 2 * num_kv_heads) * head_dim, device=device)
+    q = qkv[:, : num_q_heads * head_dim].view(3, num_q_heads, head_dim)
+    assert not q.is_contiguous()
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
+    out = decode_attention(q, k, v, kv_len_t, num_splits=2, scale=0.3)
+    assert_close(out, attention_ref(q, k, v, kv_len, True, scale=0.3), 1e-4, 1e-4, "strided q")
+    out = prefill_attention(q, k, v, kv_len, scale=0.3, block_m=16, block_n=16)
+    assert_close(out, attention_ref(q, k, v, kv_len, True, scale=0.3), 1e-4, 1e-4, "strided q prefill")
+
+
+def test_decode_reads_kv_len_from_the_tensor(device):
+    # One cache, one set of buffers, two lengths: the length comes from the tensor's contents.
+    q, k, v = make_inputs(70, 2, 2, 1, 16, torch.float32, device)
+    kv_len_t = torch.tensor([70], dtype=torch.int32, device=device)
+    for kv_len in (70, 9):
+        kv_len_t.fill_(kv_len)
+        out = decode_attention(q, k, v, kv_len_t, num_splits=4)
+        assert_close(out, attention_ref(q, k, v, kv_len, True), 1e-4, 1e-4, f"kv_len={kv_len}")
+
+
+PREFILL_CASES = [
+    # kv_len, T, num_q_heads, num_kv_heads, head_dim, causal, block_m, block_n
+    (1, 1, 2, 1, 16, True, 16, 16),
+    (37, 37, 2, 1, 32, True, 16, 16),
+    (50, 19, 4, 2, 16, True, 16, 16),
+    (50, 19, 2, 2, 16, False, 16, 16),
+    (40, 40, 4, 1, 16, False, 16, 32),
+    (130, 33, 2, 1, 16, True, 32, 16),
+    (37, 37, 2, 2, 32, True, 128, 64),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_len,num_q_tokens,num_q_heads,num_kv_heads,head_dim,causal,block_m,block_n", PREFILL_CASES)
+def test_prefill_matches_reference(
+    kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, causal, block_m, block_n, dtype, device
+):
+    q, k, v = make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, dtype, device)
+    out = prefill_attention(q, k, v, kv_len, causal=causal, block_m=block_m, block_n=block_n)
+    assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous()
+    atol, rtol = TOLERANCES[dtype]
+    assert_close(out, attention_ref(q, k, v, kv_len, causal), atol, rtol, "prefill")
+
+
+def test_bad_inputs(device):
+    q, k, v = make_inputs(20, 2, 4, 2, 16, torch.float32, device)
+    kv_len = torch.tensor([20], dtype=torch.int32, device=device)
+    with pytest.raises(ConfigError, match="num_splits must be at least 1, got 0"):
+        decode_attention(q, k, v, kv_len, num_splits=0)
+    with pytest.raises(ConfigError, match="kv_len is on meta"):
+        decode_attention(q, k, v, torch.tensor([20], dtype=torch.int32, device="meta"))
+    with pytest.raises(ConfigError, match="int32/int64 tensor"):
+        decode_attention(q, k, v, 20)
+    wide_q = torch.randn(2, 4, 32, device=device)
+    with pytest.raises(ConfigError, match="head_dim 32 but the KV cache has head_dim 16"):
+        decode_attention(wide_q, k, v, kv_len)
+    with pytest.raises(ConfigError, match="head_dim 32 but the KV cache has head_dim 16"):
+        prefill_attention(wide_q, k, v, 20)
+    with pytest.raises(ConfigError, match="not a multiple of num_kv_heads"):
+        decode_attention(torch.randn(2, 3, 16, device=device), k, v, kv_len)
+
+
+def test_default_num_splits():
+    assert default_num_splits(1) == 1
+    for kv_len in (1, 100, 1024, 8192, 32768, 131072):
+        for num_q_tokens in (1, 16):
+            assert 1 <= default_num_splits(kv_len, num_q_tokens) <= 64
+    assert default_num_splits(32768, 16) >= default_num_splits(1024, 16)
