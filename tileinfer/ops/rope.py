@@ -84,7 +84,8 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps):
     assert cos_sin.dtype == torch.float32 and cos_sin.shape[1] == D and cos_sin.stride(1) == 1
     assert positions.shape == (T,) and positions.dtype in (torch.int32, torch.int64)
     k_out = torch.empty((T, num_kv_heads, D), dtype=k.dtype, device=k.device)
-    if q is None:
+    has_q = q is not None
+    if not has_q:  # the kernel never takes the Q branch; k stands in for the unused pointers
         num_q_heads, q, q_out, q_weight = 0, k, k_out, k_weight
     else:
         num_q_heads = q.shape[1]
@@ -98,4 +99,4 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps):
             num_q_heads, num_kv_heads, eps,
             HEAD_DIM=D, BLOCK_HALF=block_half, num_warps=max(1, min(4, block_half // 64)),
         )
-    return (q_out if num_q_heads else None), k_out
+    return (q_out if has_q else None), k_out

@@ -1,0 +1,168 @@
+"""Pointwise ops (RMSNorm, QK-norm + RoPE, SwiGLU): Triton kernels against their references, and the
+references against Hugging Face's Qwen3 modules."""
+
+import functools
+
+import pytest
+import torch
+from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3MLP,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+
+from tests.conftest import DEVICE, assert_close
+from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref
+from tileinfer.ops.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
+from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
+
+# the interpreter truncates fp32 -> bf16 instead of rounding: up to one bf16 ulp (2^-7 relative) apart
+TOLERANCES = [(torch.float32, 1e-5, 1e-5), (torch.bfloat16, 1e-2, 2e-2)]
+EPS = 1e-6
+THETA = 1e6
+MAX_POSITIONS = 1 << 17
+
+
+def _weight(n, dtype):
+    return (1.0 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
+
+
+@functools.cache
+def _cos_sin(head_dim):
+    return rope_cos_sin(head_dim, MAX_POSITIONS, THETA, device=DEVICE)
+
+
+# ---- RMSNorm ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("H", [7, 33, 96, 130])
+@pytest.mark.parametrize("T", [1, 3, 17])
+def test_rms_norm_matches_ref(T, H, with_residual, dtype, atol, rtol):
+    # rows are strided: slices of wider buffers, as when x is part of a fused output
+    x = torch.randn(T, H + 5, device=DEVICE).to(dtype)[:, 2:H + 2]
+    residual = torch.randn(T, H + 3, device=DEVICE).to(dtype)[:, :H] if with_residual else None
+    weight = _weight(H, dtype)
+    out, h = rms_norm(x, weight, EPS, residual)
+    out_ref, h_ref = rms_norm_ref(x, weight, EPS, residual)
+    assert out.shape == (T, H) and out.dtype == dtype
+    assert_close(out, out_ref, atol, rtol, "rms_norm out")
+    if with_residual:
+        assert h.dtype == dtype
+        assert_close(h, h_ref, atol, rtol, "rms_norm h")
+    else:
+        assert h is x
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm_ref_matches_hf(with_residual):
+    H = 96
+    x, residual = torch.randn(5, H), torch.randn(5, H)
+    hf = Qwen3RMSNorm(H, eps=EPS)
+    with torch.no_grad():
+        hf.weight.copy_(_weight(H, torch.float32).cpu())
+        h = x + residual if with_residual else x
+        expected = hf(h)
+    out, h_ref = rms_norm_ref(x, hf.weight.detach(), EPS, residual if with_residual else None)
+    assert_close(h_ref, h, 0, 0, "h")
+    assert_close(out, expected, 1e-6, 1e-6, "rms_norm_ref vs Qwen3RMSNorm")
+
+
+# ---- QK-norm + RoPE --------------------------------------------------------------------------------
+
+def _fused_qkv(T, num_q_heads, num_kv_heads, D, dtype):
+    """q, k as strided views into one [T, (Hq + 2 Hk) * D] projection output, like the model's."""
+    qkv = torch.randn(T, (num_q_heads + 2 * num_kv_heads) * D, device=DEVICE).to(dtype)
+    q = qkv[:, : num_q_heads * D].view(T, num_q_heads, D)
+    k = qkv[:, num_q_heads * D: (num_q_heads + num_kv_heads) * D].view(T, num_kv_heads, D)
+    return q, k
+
+
+def _positions(T, dtype):
+    # out of order and far from 0, as after a long prompt
+    return torch.randperm(MAX_POSITIONS - 1)[:T].sort(descending=True).values.to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
+@pytest.mark.parametrize("T, num_q_heads, num_kv_heads, D", [
+    (1, 4, 2, 16), (3, 6, 1, 32), (17, 2, 2, 64), (3, 4, 2, 64), (17, 6, 1, 16), (1, 2, 2, 32),
+])
+def test_qk_norm_rope_matches_ref(T, num_q_heads, num_kv_heads, D, dtype, atol, rtol):
+    q, k = _fused_qkv(T, num_q_heads, num_kv_heads, D, dtype)
+    assert k.storage_offset() == num_q_heads * D  # a view into the fused qkv buffer
+    q_weight, k_weight = _weight(D, dtype), _weight(D, dtype)
+    positions = _positions(T, torch.int32 if T % 2 else torch.int64)
+    args = (q, k, q_weight, k_weight, _cos_sin(D), positions, EPS)
+    q_out, k_out = qk_norm_rope(*args)
+    q_ref, k_ref = qk_norm_rope_ref(*args)
+    assert q_out.is_contiguous() and k_out.is_contiguous()
+    assert q_out.dtype == k_out.dtype == dtype
+    assert_close(q_out, q_ref, atol, rtol, "q")
+    assert_close(k_out, k_ref, atol, rtol, "k")
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
+def test_qk_norm_rope_without_q(dtype, atol, rtol):
+    T, D = 3, 32
+    _, k = _fused_qkv(T, 4, 2, D, dtype)
+    k_weight = _weight(D, dtype)
+    positions = torch.tensor([7, 0, 100_000], device=DEVICE)
+    q_out, k_out = qk_norm_rope(None, k, None, k_weight, _cos_sin(D), positions, EPS)
+    q_ref, k_ref = qk_norm_rope_ref(None, k, None, k_weight, _cos_sin(D), positions, EPS)
+    assert q_out is None and q_ref is None
+    assert_close(k_out, k_ref, atol, rtol, "k")
+
+
+@pytest.mark.parametrize("D", [16, 64])
+def test_rope_cos_sin_matches_hf(D):
+    config = Qwen3Config(hidden_size=4 * D, num_attention_heads=4, num_key_value_heads=2, head_dim=D,
+                         rope_parameters={"rope_type": "default", "rope_theta": THETA})
+    positions = torch.tensor([0, 1, 5, 4095, 100_000])
+    cos, sin = Qwen3RotaryEmbedding(config)(torch.zeros(1, dtype=torch.float32), positions[None])
+    c, s = rope_cos_sin(D, MAX_POSITIONS, THETA)[positions].chunk(2, dim=-1)
+    assert_close(torch.cat((c, c), -1), cos[0], 0, 0, "cos")
+    assert_close(torch.cat((s, s), -1), sin[0], 0, 0, "sin")
+
+
+def test_qk_norm_rope_ref_matches_hf():
+    T, num_q_heads, num_kv_heads, D = 5, 4, 2, 32
+    config = Qwen3Config(hidden_size=num_q_heads * D, num_attention_heads=num_q_heads,
+                         num_key_value_heads=num_kv_heads, head_dim=D,
+                         rope_parameters={"rope_type": "default", "rope_theta": THETA})
+    q, k = torch.randn(T, num_q_heads, D), torch.randn(T, num_kv_heads, D)
+    q_norm, k_norm = Qwen3RMSNorm(D, eps=EPS), Qwen3RMSNorm(D, eps=EPS)
+    positions = torch.tensor([9, 3, 70_000, 0, 1])
+    with torch.no_grad():
+        q_norm.weight.copy_(_weight(D, torch.float32).cpu())
+        k_norm.weight.copy_(_weight(D, torch.float32).cpu())
+        cos, sin = Qwen3RotaryEmbedding(config)(q, positions[None])
+        # HF layout is [batch, heads, seq, D]; ours is [T, heads, D], so broadcast cos/sin over dim 1
+        q_hf, k_hf = apply_rotary_pos_emb(q_norm(q), k_norm(k), cos[0], sin[0], unsqueeze_dim=1)
+    q_ref, k_ref = qk_norm_rope_ref(q, k, q_norm.weight.detach(), k_norm.weight.detach(),
+                                    rope_cos_sin(D, MAX_POSITIONS, THETA), positions, EPS)
+    assert_close(q_ref, q_hf, 1e-6, 1e-6, "q vs HF")
+    assert_close(k_ref, k_hf, 1e-6, 1e-6, "k vs HF")
+
+
+# ---- SwiGLU ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
+@pytest.mark.parametrize("I", [7, 33, 96, 130, 1500])
+@pytest.mark.parametrize("T", [1, 3, 17])
+def test_silu_mul_matches_ref(T, I, dtype, atol, rtol):
+    gate_up = (2 * torch.randn(T, 2 * I + 4, device=DEVICE)).to(dtype)[:, 1:2 * I + 1]
+    out = silu_mul(gate_up)
+    assert out.shape == (T, I) and out.dtype == dtype
+    assert_close(out, silu_mul_ref(gate_up), atol, rtol, "silu_mul")
+
+
+def test_silu_mul_ref_matches_hf():
+    # gate first, then up: the order the model's fused gate_up weight must follow
+    config = Qwen3Config(hidden_size=24, intermediate_size=40)
+    mlp = Qwen3MLP(config)
+    x = torch.randn(5, 24)
+    with torch.no_grad():
+        gate_up = torch.cat((mlp.gate_proj(x), mlp.up_proj(x)), dim=-1)
+        assert_close(mlp.down_proj(silu_mul_ref(gate_up)), mlp(x), 1e-6, 1e-6, "silu_mul_ref vs Qwen3MLP")
