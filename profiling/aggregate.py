@@ -1,0 +1,44 @@
+"""Sums over a kernel DataFrame (from `trace_kernels`): per layer, per kernel class, GEMM vs attention."""
+
+import pandas as pd
+
+from profiling.trace import KERNEL_CLASSES
+
+
+def per_layer(df, steps=1):
+    """Kernel time per (model, layer, part, kernel_class), in ms per step; rows outside layers dropped."""
+    inside = df[df["layer"].notna()]
+    out = (inside.groupby(["model", "layer", "part", "kernel_class"], dropna=False)
+           .agg(time_ms=("duration_us", "sum"), kernels=("duration_us", "size")).reset_index())
+    out["time_ms"] = out["time_ms"] / 1e3 / steps
+    out["kernels"] = out["kernels"] / steps
+    out["layer"] = out["layer"].astype(int)
+    return out.sort_values(["model", "layer", "part", "kernel_class"], ascending=[False, True, True, True],
+                           ignore_index=True)
+
+
+def per_class(df, steps=1):
+    """Kernel time per (phase, kernel_class) in ms per step, with each row's share of the total."""
+    phase = df["phase"].fillna("unattributed")
+    out = (df.assign(phase=phase).groupby(["phase", "kernel_class"])
+           .agg(time_ms=("duration_us", "sum"), kernels=("duration_us", "size")).reset_index())
+    total = out["time_ms"].sum()
+    out["share"] = out["time_ms"] / total if total else float("nan")
+    out["time_ms"] = out["time_ms"] / 1e3 / steps
+    out["kernels"] = out["kernels"] / steps
+    return out
+
+
+def gemm_vs_attention_ms(df, steps, exclude=("prefill",)):
+    """ms per step of each kernel class (columns) in each phase (rows), plus a "step" row summing them.
+
+    Prefill runs once per generation, so it is left out by default.
+    """
+    kept = df[~df["phase"].isin(exclude)] if exclude else df
+    table = per_class(kept, steps).pivot_table(index="phase", columns="kernel_class", values="time_ms",
+                                              aggfunc="sum", fill_value=0.0)
+    table = table.reindex(columns=list(KERNEL_CLASSES), fill_value=0.0)
+    table.loc["step"] = table.sum()
+    table["total"] = table[list(KERNEL_CLASSES)].sum(axis=1)
+    table.columns.name = None
+    return table
