@@ -2,8 +2,8 @@
 
 JSON layout: {gpu_name: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
 num_warps, num_stages}}}}}, with gpu_name as `torch.cuda.get_device_name()` returns it. The file is read
-once; nothing is tuned at call time (the engine captures CUDA graphs). `tools/tune_gemm.py` (an alias of
-`bench/gemm_bench.py --tune`) writes it.
+once; nothing is tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune`
+writes it (a small grid timed in CUDA graphs on the GPU in question).
 """
 
 from __future__ import annotations
