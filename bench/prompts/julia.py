@@ -107,7 +107,7 @@ def _parts(rng, T, C, numeric, s, adjective):
         f"function Base.show(io::IO, x::{T})\n"
         f'    print(io, "{T}(", x.id, ", \\"", x.{s}, "\\", {f0}=", x.{f0}, ")")\nend\n\n'
         f"Base.isless(a::{T}, b::{T}) = isless(a.{f0}, b.{f0})\n",
-        [f'@test occursin("alpha", sprint(show, a))', "@test a < b"],
+        ['@test occursin("alpha", sprint(show, a))', "@test a < b"],
     )
     yield Part(
         f'"""\n    {C}\n\nAll `{T}` records of a run, in insertion order; ids are positions.\n"""\n'

@@ -1,0 +1,296 @@
+"""The comparison's metric and its rows.
+
+Per prompt: the median latency of the reply (n new tokens) and of a 1-token request ("prefill") over
+5 trials after a 1 s warm-up; decode tok/s = (n - 1) / (latency(n) - latency(1)). Each configuration
+runs in fresh processes (3 at 1k, 2 at 8k) whose results must agree within 1 %. One row per prompt x
+configuration x process, as a JSON line or a CSV row.
+"""
+
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+TRIALS = 5
+WARMUP_S = 1.0
+AGREEMENT = 0.01
+AGREEMENT_METRICS = ("decode_tok_s", "prefill_ms")
+
+# Datasheet read bandwidths, used (and flagged) when it cannot be measured. Longest match wins.
+DATASHEET_BANDWIDTH_GBS = {
+    "H200": 4800, "H100 PCIe": 2000, "H100": 3350, "A100-SXM4-80GB": 2039, "A100-PCIE-80GB": 1935,
+    "A100": 1555, "L40S": 864, "L4": 300, "RTX 4090": 1008, "RTX 4080 SUPER": 736, "RTX 4080": 717,
+    "RTX 3090": 936, "B200": 8000,
+}
+
+
+@dataclass
+class Row:
+    """One prompt x configuration x process."""
+
+    engine: str  # "tileinfer" | "vllm"
+    task: str  # "edit" | "explain"
+    point: str  # "1k" | "8k"
+    prompt_tokens: int
+    new_tokens: int
+    weights: str  # "bf16" | "int8"
+    dflash: bool
+    block_size: int  # 1 = plain decode
+    latency_ms: float  # median over the trials, reply of new_tokens tokens
+    prefill_ms: float  # median over the trials, 1-token request
+    decode_tok_s: float
+    tokens_per_step: float  # mean committed tokens per decode step
+    steps: int
+    process: int
+    gpu: str
+    gpu_bandwidth_gbs: float
+    gpu_bandwidth_source: str  # "measured" | "datasheet" | "unknown"
+    torch: str
+    triton: str
+    git_rev: str
+    command: str
+    weights_kind: str  # "real" | "random"
+    accept_mode: str  # "real" | "replay:<tokens per step>"
+    timestamp: str
+    latency_trials_ms: list = field(default_factory=list)
+    prefill_trials_ms: list = field(default_factory=list)
+
+    def as_dict(self):
+        return asdict(self)
+
+
+ROW_FIELDS = tuple(f.name for f in fields(Row))
+REQUIRED_FIELDS = ROW_FIELDS[:-2]
+
+
+def validate_row(row):
+    """Raise ValueError naming what is missing or mistyped in a row dict; return it."""
+    missing = [k for k in REQUIRED_FIELDS if k not in row]
+    if missing:
+        raise ValueError(f"row lacks {', '.join(missing)}")
+    if row["engine"] not in ("tileinfer", "vllm") or row["weights_kind"] not in ("real", "random"):
+        raise ValueError(f"bad engine or weights_kind in {row}")
+    if not (row["accept_mode"] == "real" or row["accept_mode"].startswith("replay:")):
+        raise ValueError(f"accept_mode must be 'real' or 'replay:<x>', got {row['accept_mode']!r}")
+    for k in ("prompt_tokens", "new_tokens", "block_size", "steps", "process"):
+        if not isinstance(row[k], int) or isinstance(row[k], bool):
+            raise ValueError(f"{k} must be an int, got {row[k]!r}")
+    for k in ("latency_ms", "prefill_ms", "decode_tok_s", "tokens_per_step", "gpu_bandwidth_gbs"):
+        if not isinstance(row[k], (int, float)) or isinstance(row[k], bool):
+            raise ValueError(f"{k} must be a number, got {row[k]!r}")
+    if not isinstance(row["dflash"], bool):
+        raise ValueError(f"dflash must be a bool, got {row['dflash']!r}")
+    return row
+
+
+# --- the arithmetic -------------------------------------------------------------------------------
+
+def decode_tok_s(new_tokens, latency_ms, prefill_ms):
+    """(n - 1) / (latency(n) - latency(1)): the tokens after the first, over the time they took."""
+    if new_tokens < 2 or latency_ms <= prefill_ms:
+        return math.nan
+    return (new_tokens - 1) / ((latency_ms - prefill_ms) / 1e3)
+
+
+def step_ms(latency_ms, prefill_ms, steps):
+    """Mean cost of one decode step (drafter pass + verify with DFlash)."""
+    return (latency_ms - prefill_ms) / steps if steps else math.nan
+
+
+def accept_mode(profile):
+    """'real', or 'replay:<x>' when the engine replays an acceptance profile."""
+    if profile is None:
+        return "real"
+    if isinstance(profile, (list, tuple)):
+        profile = sum(profile) / len(profile)
+    return f"replay:{profile:g}"
+
+
+@dataclass
+class Timing:
+    latency_ms: float
+    prefill_ms: float
+    latency_trials_ms: list
+    prefill_trials_ms: list
+    reply: object  # what the last reply call returned
+
+
+def measure(reply, prefill, trials=TRIALS, warmup_s=WARMUP_S, clock=time.perf_counter):
+    """Median wall time of `reply()` and `prefill()` over `trials` each, after `warmup_s` of both.
+
+    Both callables must return only once the device is done (token ids on the host).
+    """
+    start = clock()
+    while clock() - start < warmup_s:
+        reply()
+        prefill()
+    lat, pre, out = [], [], None
+    for _ in range(trials):
+        t0 = clock()
+        prefill()
+        t1 = clock()
+        out = reply()
+        t2 = clock()
+        pre.append((t1 - t0) * 1e3)
+        lat.append((t2 - t1) * 1e3)
+    return Timing(statistics.median(lat), statistics.median(pre), lat, pre, out)
+
+
+def agreement(rows, metrics=AGREEMENT_METRICS, tol=AGREEMENT):
+    """(spread, ok): the largest (max - min) / median over `metrics` across processes, and spread <= tol."""
+    spread = 0.0
+    for m in metrics:
+        values = [float(r[m]) for r in rows]
+        if not values:
+            continue
+        if any(math.isnan(v) for v in values):
+            return math.nan, False
+        mid = statistics.median(values)
+        spread = max(spread, (max(values) - min(values)) / mid if mid else math.inf)
+    return spread, spread <= tol
+
+
+CONFIG_KEY = ("engine", "gpu", "weights_kind", "accept_mode", "point", "task", "weights", "dflash",
+              "block_size")
+
+
+def config_key(row):
+    return tuple(row[k] for k in CONFIG_KEY)
+
+
+def summarize(rows, tol=AGREEMENT):
+    """One dict per configuration x prompt: medians over processes, the spread and whether they agree."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(config_key(r), []).append(r)
+    out = []
+    for key, group in groups.items():
+        spread, ok = agreement(group, tol=tol)
+        med = {m: statistics.median(float(r[m]) for r in group)
+               for m in ("prompt_tokens", "new_tokens", "latency_ms", "prefill_ms", "decode_tok_s",
+                         "tokens_per_step", "steps")}
+        out.append(dict(zip(CONFIG_KEY, key)) | med | {
+            "step_ms": step_ms(med["latency_ms"], med["prefill_ms"], med["steps"]),
+            "processes": len(group), "spread": spread, "agree": ok})
+    return out
+
+
+def format_table(summary):
+    """Markdown table of `summarize` output; configurations whose processes disagree are flagged."""
+    head = ("| engine | point | task | weights | DFlash | prefill ms | decode tok/s | tokens/step "
+            "| step ms | processes | spread |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for s in summary:
+        flag = "" if s["agree"] else " **disagree**"
+        lines.append(
+            f"| {s['engine']} | {s['point']} | {s['task']} | {s['weights']} | "
+            f"{'k=' + str(s['block_size'] - 1) if s['dflash'] else 'off'} | {s['prefill_ms']:.1f} | "
+            f"{s['decode_tok_s']:.1f} | {s['tokens_per_step']:.2f} | {s['step_ms']:.2f} | "
+            f"{s['processes']} | {100 * s['spread']:.2f} %{flag} |")
+    return head + "\n".join(lines) + "\n"
+
+
+# --- the environment ------------------------------------------------------------------------------
+
+def datasheet_bandwidth_gbs(gpu_name):
+    matches = [k for k in DATASHEET_BANDWIDTH_GBS if k.lower() in gpu_name.lower()]
+    return DATASHEET_BANDWIDTH_GBS[max(matches, key=len)] if matches else math.nan
+
+
+def measure_read_bandwidth_gbs(nbytes=2 << 30, repeats=10):
+    """GB/s of summing `nbytes` of bf16 on the current CUDA device (median of `repeats`)."""
+    import torch
+
+    x = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        x.sum()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del x
+    return nbytes / statistics.median(times) / 1e9
+
+
+def git_rev(repo=None):
+    repo = repo or Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev + ("-dirty" if dirty else "")) or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment(measure_bandwidth=True):
+    """gpu, gpu_bandwidth_gbs (+ source), torch, triton, git_rev for the rows."""
+    try:
+        import torch
+        torch_version = torch.__version__
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        torch_version, has_cuda = "none", False
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    gpu, bandwidth, source = "cpu", math.nan, "unknown"
+    if has_cuda:
+        gpu = torch.cuda.get_device_name()
+        if measure_bandwidth:
+            bandwidth, source = measure_read_bandwidth_gbs(), "measured"
+        else:
+            bandwidth = datasheet_bandwidth_gbs(gpu)
+            source = "unknown" if math.isnan(bandwidth) else "datasheet"
+    return {"gpu": gpu, "gpu_bandwidth_gbs": round(bandwidth, 1), "gpu_bandwidth_source": source,
+            "torch": torch_version, "triton": triton_version, "git_rev": git_rev()}
+
+
+def timestamp():
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def command_line():
+    return " ".join([os.path.basename(sys.executable), *sys.argv])
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+def append_jsonl(path, row):
+    """Append one row and flush it to disk, so an interrupted run keeps every finished row."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path):
+    """Rows of a JSONL file; a last line cut short by an interruption is skipped."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ROW_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k) for k in ROW_FIELDS})

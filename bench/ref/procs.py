@@ -1,0 +1,62 @@
+"""Fresh processes per configuration: a worker prints its rows as `ROW <json>` lines, the parent appends
+each to the output file as it arrives, so an interrupted run keeps every finished row."""
+
+import json
+import subprocess
+import sys
+
+from bench.ref.metric import append_jsonl
+
+ROW_PREFIX = "ROW "
+
+
+def emit_row(row, stream=None):
+    """Worker side: hand one finished row to the parent."""
+    stream = stream or sys.stdout
+    stream.write(ROW_PREFIX + json.dumps(row) + "\n")
+    stream.flush()
+
+
+def progress(iterable, **kw):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return iterable
+    return tqdm(iterable, **kw)
+
+
+def run_workers(jobs, out, desc="configurations"):
+    """Run each (label, argv) job as a fresh process; append its rows to `out` (JSONL); return all rows.
+
+    A worker that fails is reported on stderr and the run goes on; Ctrl-C stops the current worker
+    and returns what finished.
+    """
+    rows, failed = [], []
+    bar = progress(jobs, desc=desc, unit="process", file=sys.stderr)
+    try:
+        for label, argv in bar:
+            if hasattr(bar, "set_postfix_str"):
+                bar.set_postfix_str(label)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            try:
+                for line in proc.stdout:
+                    if line.startswith(ROW_PREFIX):
+                        row = json.loads(line[len(ROW_PREFIX):])
+                        append_jsonl(out, row)
+                        rows.append(row)
+                    else:
+                        sys.stderr.write(line)
+                proc.wait()
+            except KeyboardInterrupt:
+                proc.terminate()
+                proc.wait()
+                raise
+            if proc.returncode != 0:
+                failed.append(label)
+                print(f"worker {label} exited with {proc.returncode}; its finished rows are kept",
+                      file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {len(rows)} finished rows are in {out}", file=sys.stderr)
+    if failed:
+        print(f"failed workers: {', '.join(failed)}", file=sys.stderr)
+    return rows

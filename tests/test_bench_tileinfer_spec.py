@@ -1,0 +1,104 @@
+import math
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from bench.ref import tileinfer_spec as spec
+from bench.ref.metric import validate_row
+
+
+class FakeStats(SimpleNamespace):
+    @property
+    def mean_tokens_per_step(self):
+        return sum(self.tokens_per_step) / len(self.tokens_per_step) if self.tokens_per_step else 0.0
+
+
+class FakeEngine:
+    """generate() returns at once; enough of the API for the worker."""
+
+    def __init__(self, vocab_size=151936, tokenizer=None):
+        self.config = SimpleNamespace(vocab_size=vocab_size)
+        self.tokenizer = tokenizer
+        self.calls = []
+
+    def generate(self, prompt, max_new_tokens, stop_ids=None, block_size=None, eager=False,
+                 accept_profile=None, num_splits=None):
+        self.calls.append(dict(n=max_new_tokens, stop_ids=stop_ids, block_size=block_size,
+                               accept_profile=accept_profile, prompt=list(prompt)))
+        time.sleep(2e-5 * max_new_tokens)  # the reply must take longer than the 1-token request
+        per_step = int(accept_profile or 1)
+        steps = max(1, -(-(max_new_tokens - 1) // per_step))
+        stats = FakeStats(prompt_tokens=len(prompt), new_tokens=max_new_tokens, steps=steps,
+                          tokens_per_step=[per_step] * steps, block_size=block_size or 16)
+        return SimpleNamespace(tokens=[0] * max_new_tokens, text=None, stats=stats)
+
+
+def test_parse_and_jobs():
+    args = spec.parse_args(["--model", "m", "--draft", "d", "--accept-profile", "edit=7.1,explain=2.9"])
+    assert args.accept_profile == {"edit": 7.1, "explain": 2.9}
+    jobs = spec.jobs(args)
+    # 2 weights x 2 DFlash settings x (3 processes at 1k + 2 at 8k)
+    assert len(jobs) == 4 * 5
+    label, argv = jobs[0]
+    assert "--worker" in argv and argv[argv.index("--points") + 1] == "1k"
+    worker_args = spec.parse_args(argv[3:])
+    assert worker_args.worker and worker_args.accept_profile == args.accept_profile
+    assert [p.name for p in worker_args.points] == ["1k"]
+    assert len(spec.jobs(spec.parse_args(["--model", "m", "--processes", "1", "--dflash", "off"]))) == 4
+    custom = spec.parse_points("256/16")[0]
+    assert (custom.prompt_tokens, custom.new_tokens) == (256, 16)
+    with pytest.raises(SystemExit):
+        spec.parse_args(["--model", "m", "--weights", "int4"])
+    with pytest.raises(SystemExit):
+        spec.parse_args([])
+
+
+@pytest.mark.parametrize("dflash", ["on", "off"])
+def test_worker_rows_with_a_fake_engine(dflash):
+    engine, loads, emitted = FakeEngine(vocab_size=200), [], []
+
+    def load(model, draft=None, weights="bf16", device=None):
+        loads.append((model, draft, weights))
+        return engine
+
+    args = spec.parse_args(["--worker", "--model", "/ckpt/random-4b", "--draft", "/ckpt/drafter",
+                            "--random-weights", "qwen3-4b", "--points", "1k", "--weights", "int8",
+                            "--dflash", dflash, "--accept-profile", "edit=7.1,explain=2.9",
+                            "--trials", "3", "--warmup-s", "0", "--process", "2"])
+    rows = spec.run_worker(args, load=load, emit=emitted.append)
+    assert rows == emitted and [r["task"] for r in rows] == ["edit", "explain"]
+    assert loads == [("/ckpt/random-4b", "/ckpt/drafter" if dflash == "on" else None, "int8")]
+    for row in rows:
+        validate_row(row)
+        assert row["prompt_tokens"] == 1024 and row["new_tokens"] == 128 and row["process"] == 2
+        assert row["weights_kind"] == "random" and row["weights"] == "int8"
+        assert row["decode_tok_s"] > 0 and not math.isnan(row["decode_tok_s"])
+        assert len(row["latency_trials_ms"]) == 3
+    edit = rows[0]
+    if dflash == "on":
+        assert edit["accept_mode"] == "replay:7.1" and edit["tokens_per_step"] == 7.0
+        assert rows[1]["accept_mode"] == "replay:2.9"
+    else:
+        assert edit["accept_mode"] == "real" and edit["block_size"] == 1
+    # random weights: no stop at EOS, ids folded into the vocabulary; 1-token prefill requests
+    assert all(c["stop_ids"] == [] and max(c["prompt"]) < 200 for c in engine.calls)
+    assert {c["n"] for c in engine.calls} == {1, 128}
+
+
+@pytest.mark.slow
+def test_worker_on_a_tiny_random_checkpoint(tmp_path):
+    try:
+        from tileinfer import load
+        from tileinfer.random_weights import write_dflash_drafter, write_qwen3
+    except ImportError as e:
+        pytest.skip(f"tileinfer.load is not importable yet: {e}")
+    target = write_qwen3(tmp_path / "target", "tiny", max_position_embeddings=1024)
+    drafter = write_dflash_drafter(tmp_path / "drafter", target, num_layers=1, block_size=4)
+    args = spec.parse_args(["--worker", "--model", str(target), "--draft", str(drafter),
+                            "--random-weights", "tiny", "--points", "320/8", "--weights", "bf16",
+                            "--dflash", "on", "--trials", "1", "--warmup-s", "0",
+                            "--accept-profile", "edit=2,explain=1.5"])
+    rows = spec.run_worker(args, load=load, emit=lambda row: None)
+    assert [r["prompt_tokens"] for r in rows] == [320, 320]
+    assert all(r["new_tokens"] == 8 and r["accept_mode"].startswith("replay:") for r in rows)
