@@ -1,0 +1,120 @@
+"""The DFlash block-diffusion drafter: Qwen3 layers whose block queries attend, non-causally, to the
+cached context K/V (from the target's tapped hidden states) and to the block itself.
+
+append_context() turns new context features into K/V in the drafter's cache; draft() runs the block
+(anchor + mask tokens) and returns the final-normed hidden states. Embedding and LM head are the target's.
+"""
+
+import dataclasses
+
+import torch
+
+from tileinfer.config import DFlashConfig
+from tileinfer.kv_cache import KVCache
+from tileinfer.models.qwen3 import (Qwen3ForCausalLM, Qwen3Layer, attention_block, check_tensors,
+                                    expected_shapes, fuse, mlp_block)
+from tileinfer.ops.backend import AttentionContext, Ops
+from tileinfer.ops.linear import Linear
+from tileinfer.ops.rope import rope_cos_sin
+
+
+def row_slice(lin: Linear, start: int) -> Linear:
+    """Rows [start:] of a fused projection, sharing its storage."""
+    if lin.is_quantized:
+        return dataclasses.replace(lin, qweight=lin.qweight[start:], scale=lin.scale[start:], parts=())
+    return dataclasses.replace(lin, weight=lin.weight[start:], parts=())
+
+
+class DFlashDrafter:
+    def __init__(self, config: DFlashConfig, layers: list[Qwen3Layer], fc: Linear, hidden_norm, norm,
+                 target: Qwen3ForCausalLM, ops: Ops):
+        self.config, self.layers, self.fc, self.hidden_norm, self.norm = config, layers, fc, hidden_norm, norm
+        self.target, self.ops = target, ops
+        c = config.layers
+        self.cos_sin = rope_cos_sin(c.head_dim, max(c.max_position_embeddings, target.config.max_position_embeddings),
+                                    c.rope_theta, norm.device)
+        self.refresh_views()
+
+    def refresh_views(self):
+        q_rows = self.config.layers.num_attention_heads * self.config.layers.head_dim
+        self.kv_proj = [row_slice(layer.qkv_proj, q_rows) for layer in self.layers]
+
+    @property
+    def feature_size(self) -> int:
+        return len(self.config.target_layer_ids) * self.config.layers.hidden_size
+
+    def append_context(self, features, positions, cache: KVCache):
+        """K/V of new context positions: k_proj/v_proj of hidden_norm(fc(features)), k_norm and RoPE."""
+        ops, c = self.ops, self.config.layers
+        t, hk, d = features.shape[0], c.num_key_value_heads, c.head_dim
+        ctx = ops.rms_norm(ops.linear(features, self.fc), self.hidden_norm, c.rms_norm_eps)[0]
+        for i, layer in enumerate(self.layers):
+            kv = ops.linear(ctx, self.kv_proj[i])
+            _, k = ops.qk_norm_rope(None, kv[:, : hk * d].view(t, hk, d), None, layer.k_norm, self.cos_sin, positions, c.rms_norm_eps)
+            cache.k[i].index_copy_(0, positions, k)
+            cache.v[i].index_copy_(0, positions, kv[:, hk * d:].view(t, hk, d))
+
+    def draft(self, block_ids, positions, cache: KVCache, ctx: AttentionContext):
+        """Final-normed hidden states of the block; ctx.kv_len counts the cached context plus the block."""
+        ops, c = self.ops, self.config.layers
+        h = ops.embedding(block_ids, self.target.embed_tokens)
+        residual = None
+        for i, layer in enumerate(self.layers):
+            x, residual = ops.rms_norm(h, layer.input_layernorm, c.rms_norm_eps, residual)
+            h = attention_block(ops, c, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
+            x, residual = ops.rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps, residual)
+            h = mlp_block(ops, layer, x)
+        return ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)[0]
+
+    def named_linears(self):
+        for i, layer in enumerate(self.layers):
+            for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+                yield f"layers.{i}.{name}", getattr(layer, name)
+        yield "fc", self.fc
+
+    def set_linear(self, name: str, lin: Linear):
+        if name == "fc":
+            self.fc = lin
+        else:
+            _, i, attr = name.split(".")
+            setattr(self.layers[int(i)], attr, lin)
+        self.refresh_views()
+
+    def named_tensors(self):
+        for i, layer in enumerate(self.layers):
+            yield f"layers.{i}.input_layernorm.weight", layer.input_layernorm
+            yield f"layers.{i}.post_attention_layernorm.weight", layer.post_attention_layernorm
+            yield f"layers.{i}.self_attn.q_norm.weight", layer.q_norm
+            yield f"layers.{i}.self_attn.k_norm.weight", layer.k_norm
+        yield "hidden_norm.weight", self.hidden_norm
+        yield "norm.weight", self.norm
+
+    def weight_bytes(self) -> int:
+        return sum(lin.nbytes for _, lin in self.named_linears())
+
+
+def build_drafter(config: DFlashConfig, tensors: dict, dtype, target: Qwen3ForCausalLM, ops: Ops, where: str) -> DFlashDrafter:
+    c = config.layers
+    if tensors and all(name.startswith("model.") for name in tensors):
+        tensors = {name[len("model."):]: t for name, t in tensors.items()}
+    shapes = {name[len("model."):]: shape for name, shape in expected_shapes(c).items()
+              if name.startswith("model.layers.")}
+    shapes |= {"fc.weight": (c.hidden_size, len(config.target_layer_ids) * c.hidden_size),
+               "hidden_norm.weight": (c.hidden_size,), "norm.weight": (c.hidden_size,)}
+    check_tensors(tensors, shapes, where)
+    layers = []
+    for i in range(c.num_hidden_layers):
+        p = f"layers.{i}"
+        layers.append(Qwen3Layer(
+            input_layernorm=tensors.pop(f"{p}.input_layernorm.weight").to(dtype),
+            qkv_proj=fuse(tensors, f"{p}.self_attn", ["q_proj", "k_proj", "v_proj"], dtype),
+            q_norm=tensors.pop(f"{p}.self_attn.q_norm.weight").to(dtype),
+            k_norm=tensors.pop(f"{p}.self_attn.k_norm.weight").to(dtype),
+            o_proj=fuse(tensors, f"{p}.self_attn", ["o_proj"], dtype),
+            post_attention_layernorm=tensors.pop(f"{p}.post_attention_layernorm.weight").to(dtype),
+            gate_up_proj=fuse(tensors, f"{p}.mlp", ["gate_proj", "up_proj"], dtype),
+            down_proj=fuse(tensors, f"{p}.mlp", ["down_proj"], dtype),
+        ))
+    fc = Linear(weight=tensors.pop("fc.weight").to(dtype), parts=(("fc", c.hidden_size),))
+    return DFlashDrafter(config, layers, fc, tensors.pop("hidden_norm.weight").to(dtype),
+                         tensors.pop("norm.weight").to(dtype), target, ops)
