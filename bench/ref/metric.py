@@ -294,3 +294,13 @@ def write_csv(rows, path):
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k) for k in ROW_FIELDS})
+
+
+REFERENCE_CSV = Path(__file__).with_name("reference.csv")
+
+
+def read_reference(path=REFERENCE_CSV):
+    """The comparison's published figures (RTX 4080 SUPER), values as floats."""
+    with open(path, newline="") as f:
+        return [r | {"value": float(r["value"]), "gpu_bandwidth_gbs": float(r["gpu_bandwidth_gbs"]),
+                     "source_line": int(r["source_line"])} for r in csv.DictReader(f)]
