@@ -126,12 +126,13 @@ def _git_revision():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results", help="directory for pointwise.csv")
+    parser.add_argument("--git-revision", help="recorded when the tree has no .git (the device copy has none)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pointwise_bench needs a CUDA GPU")
     torch.manual_seed(0)
     meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                git_revision=_git_revision(), command=" ".join([os.path.basename(sys.executable)] + sys.argv))
+                git_revision=args.git_revision or _git_revision(), command=" ".join([os.path.basename(sys.executable)] + sys.argv))
     print(meta, flush=True)
 
     rows, failures = [], []
