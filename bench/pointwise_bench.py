@@ -132,7 +132,8 @@ def main():
         sys.exit("pointwise_bench needs a CUDA GPU")
     torch.manual_seed(0)
     meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                git_revision=args.git_revision or _git_revision(), command=" ".join([os.path.basename(sys.executable)] + sys.argv))
+                git_revision=args.git_revision or _git_revision(),
+                command=" ".join([os.path.basename(sys.executable)] + sys.argv))
     print(meta, flush=True)
 
     rows, failures = [], []
