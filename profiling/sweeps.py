@@ -1,0 +1,209 @@
+"""Kernel sweeps as DataFrames: attention over split counts (vs SDPA), GEMMs over M and weight types.
+
+Every row carries gpu ("cpu" without one), torch, triton, git_rev and the timer used. On a GPU each
+point is the median of `do_bench_cudagraph` with the inputs rotated across enough copies to miss L2;
+on a CPU, wall clock over tiny shapes (the Triton kernels then run under the interpreter).
+If an engine op is not importable yet, its plain-PyTorch reference (or a local one) is timed instead
+and `impl_source` says so.
+"""
+
+import os
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from profiling.env import resolve_device, run_info
+from profiling.roofline import (QWEN3_4B, add_achieved, attention_bytes, attention_flops, linear_bytes,
+                                linear_flops, qwen3_linears)
+from profiling.timing import bench_us, copies_for, rotating
+
+
+def _interpreter_if_cpu(device):
+    # Triton kernel modules read TRITON_INTERPRET when imported.
+    if device.type != "cuda" and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _local_attention_ref(q, k_cache, v_cache, kv_len, causal=True, scale=None):
+    t, hq, d = q.shape
+    group = hq // k_cache.shape[1]
+    k = k_cache[:kv_len].float().repeat_interleave(group, dim=1).transpose(0, 1)
+    v = v_cache[:kv_len].float().repeat_interleave(group, dim=1).transpose(0, 1)
+    scores = q.float().transpose(0, 1) @ k.transpose(1, 2) * (scale or d**-0.5)
+    if causal:
+        q_pos = torch.arange(kv_len - t, kv_len, device=q.device)[:, None]
+        scores = scores.masked_fill(torch.arange(kv_len, device=q.device)[None, :] > q_pos, float("-inf"))
+    return (torch.softmax(scores, -1) @ v).transpose(0, 1).to(q.dtype)
+
+
+def _ours_attention():
+    """(source label, fn(q, k_cache, v_cache, kv_len_t, kv_len, causal, num_splits))."""
+    try:
+        from tileinfer.ops.decode_attention import decode_attention
+        return "triton decode_attention", (
+            lambda q, k, v, kv_t, kv_len, causal, s: decode_attention(q, k, v, kv_t, causal=causal, num_splits=s))
+    except ImportError:
+        pass
+    try:
+        from tileinfer.ops.attention import attention_ref
+        ref, source = attention_ref, "attention_ref (decode_attention not importable)"
+    except ImportError:
+        ref, source = _local_attention_ref, "local reference (tileinfer.ops.attention not importable)"
+    return source, lambda q, k, v, kv_t, kv_len, causal, s: ref(q, k, v, kv_len, causal=causal)
+
+
+def _sdpa(q_len, kv_len, causal):
+    """(label, fn(q, k_cache, v_cache)) — F.scaled_dot_product_attention on the cache's layout."""
+    mask = None
+    if causal and q_len > 1:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(q_len, kv_len)
+
+    def run(q, k_cache, v_cache):
+        q4 = q.transpose(0, 1).unsqueeze(0)
+        k4 = k_cache[:kv_len].transpose(0, 1).unsqueeze(0)
+        v4 = v_cache[:kv_len].transpose(0, 1).unsqueeze(0)
+        return F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, enable_gqa=True)
+
+    return ("sdpa causal lower-right" if mask is not None else "sdpa"), run
+
+
+def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads, num_kv_heads, head_dim,
+                    dtype, device, sdpa, ceilings, rep_ms, extra=None):
+    device = resolve_device(device)
+    _interpreter_if_cpu(device)
+    info = run_info(device)
+    source, ours = _ours_attention()
+    rows = []
+    for kv_len in kv_lens:
+        for q_len in q_lens:
+            cache_bytes = 2 * kv_len * num_kv_heads * head_dim * dtype.itemsize
+
+            def make(i, kv_len=kv_len, q_len=q_len):
+                g = torch.Generator(device="cpu").manual_seed(i)
+                k = torch.randn(kv_len, num_kv_heads, head_dim, generator=g).to(device, dtype)
+                v = torch.randn(kv_len, num_kv_heads, head_dim, generator=g).to(device, dtype)
+                q = torch.randn(q_len, num_q_heads, head_dim, generator=g).to(device, dtype)
+                return q, k, v, torch.tensor([kv_len], dtype=torch.int32, device=device)
+
+            pool = [make(i) for i in range(copies_for(cache_bytes, device))]
+            common = dict(kv_len=kv_len, q_len=q_len, causal=causal, num_q_heads=num_q_heads,
+                          num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=str(dtype).removeprefix("torch."),
+                          flops=attention_flops(kv_len, q_len, num_q_heads, head_dim, causal), **(extra or {}))
+            for s in num_splits_list:
+                nxt = rotating(pool)
+
+                def call(s=s, nxt=nxt):
+                    q, k, v, kv_t = nxt()
+                    return ours(q, k, v, kv_t, kv_len, causal, s)
+
+                t_us, timer = bench_us(call, device, rep_ms=rep_ms)
+                rows.append(dict(impl="ours", impl_source=source, num_splits=s, time_us=t_us, timer=timer,
+                                 bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
+                                                       num_q_heads=num_q_heads, num_splits=s), **common))
+            if sdpa:
+                label, run = _sdpa(q_len, kv_len, causal)
+                nxt = rotating(pool)
+                t_us, timer = bench_us(lambda nxt=nxt, run=run: run(*nxt()[:3]), device, rep_ms=rep_ms)
+                rows.append(dict(impl="sdpa", impl_source=label, num_splits=float("nan"), time_us=t_us, timer=timer,
+                                 bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
+                                                       num_q_heads=num_q_heads), **common))
+            del pool
+    df = add_achieved(pd.DataFrame(rows), ceilings)
+    df.insert(0, "sweep", kind)
+    for key, value in info.items():
+        df[key] = value
+    return df
+
+
+def attention_sweep(kv_lens=(1024, 8192, 32768), q_lens=(1, 16), num_splits_list=(1, 2, 4, 8, 16, 32), *,
+                    causal=True, num_q_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16,
+                    device=None, sdpa=True, ceilings=None, rep_ms=100):
+    """Our split-KV decode attention at each (kv_len, q_len, num_splits), plus one SDPA row per
+    (kv_len, q_len). Queries are the last q_len positions (causal within the block). Defaults: Qwen3-4B heads.
+
+    Columns: sweep, impl (ours/sdpa), impl_source, num_splits, time_us, timer, bytes, flops, kv_len,
+    q_len, ..., gbs, tflops, frac_read_bw, frac_bf16_flops, floor_us, gpu, device, torch, triton, git_rev.
+    """
+    return _attention_rows("attention", kv_lens, q_lens, num_splits_list, causal, num_q_heads, num_kv_heads,
+                           head_dim, dtype, device, sdpa, ceilings, rep_ms)
+
+
+def drafter_attention_sweep(kv_lens=(1024, 8192, 32768), num_splits_list=(1, 2, 4, 8, 16, 32), *, block_size=16,
+                            num_q_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, device=None,
+                            sdpa=True, ceilings=None, rep_ms=100):
+    """The DFlash drafter's attention: block_size queries over kv_len context positions + the block,
+    not causal. Rows as `attention_sweep`, kv_len = context + block; context_len says the context."""
+    df = _attention_rows("drafter-attention", [n + block_size for n in kv_lens], [block_size], num_splits_list,
+                         False, num_q_heads, num_kv_heads, head_dim, dtype, device, sdpa, ceilings, rep_ms)
+    df.insert(df.columns.get_loc("kv_len"), "context_len", df["kv_len"] - block_size)
+    return df
+
+
+def _linear_impls():
+    """(source, make_linear(w, weights), ours(x, lin), cublas(x, lin))."""
+    try:
+        from tileinfer.ops.linear import Linear, linear, linear_ref, quantize_linear
+
+        def make(w, weights):
+            lin = Linear(weight=w)
+            return quantize_linear(lin) if weights == "int8" else lin
+
+        return "triton linear", make, linear, linear_ref
+    except ImportError:
+        pass
+
+    def make_local(w, weights):
+        if weights != "int8":
+            return (w, None)
+        scale = w.float().abs().amax(1).clamp_min(1e-8) / 127
+        return ((w.float() / scale[:, None]).round().to(torch.int8), scale)
+
+    def ref(x, lin):
+        w, scale = lin
+        return F.linear(x, w) if scale is None else (F.linear(x, w.to(x.dtype)) * scale).to(x.dtype)
+
+    return "local reference (tileinfer.ops.linear not importable)", make_local, ref, ref
+
+
+def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours", "cublas"), *,
+               dtype=torch.bfloat16, device=None, ceilings=None, rep_ms=100):
+    """y = x @ Wᵀ for each shape × m × weight type × implementation.
+
+    `shapes`: {name: (n, k)} or [(name, n, k)]; default Qwen3-4B's qkv, o, gate_up, down. "ours" is
+    `tileinfer.ops.linear.linear`, "cublas" is `linear_ref` (F.linear; INT8: dequantize then F.linear).
+    Weights are rotated across copies so each call reads them from HBM.
+    """
+    device = resolve_device(device)
+    _interpreter_if_cpu(device)
+    if shapes is None:
+        shapes = qwen3_linears(QWEN3_4B)
+    elif isinstance(shapes, dict):
+        shapes = [(name, n, k) for name, (n, k) in shapes.items()]
+    source, make_linear, ours, cublas = _linear_impls()
+    funcs = {"ours": ours, "cublas": cublas}
+    info = run_info(device)
+    rows = []
+    for name, n, k in shapes:
+        for wt in weights:
+            copies = copies_for(linear_bytes(n, k, 1, wt), device)
+            g = torch.Generator(device="cpu").manual_seed(0)
+            lins = [make_linear((torch.randn(n, k, generator=g) * k**-0.5).to(device, dtype), wt)
+                    for _ in range(copies)]
+            for m in ms:
+                x = torch.randn(m, k, generator=g).to(device, dtype)
+                for impl in impls:
+                    nxt = rotating(lins)
+                    fn = funcs[impl]
+                    t_us, timer = bench_us(lambda fn=fn, nxt=nxt, x=x: fn(x, nxt()), device, rep_ms=rep_ms)
+                    rows.append(dict(shape=name, n=n, k=k, m=m, weights=wt, impl=impl,
+                                     impl_source=source if impl == "ours" or "local" in source else "linear_ref",
+                                     time_us=t_us, timer=timer, bytes=linear_bytes(n, k, m, wt),
+                                     flops=linear_flops(n, k, m)))
+            del lins
+    df = add_achieved(pd.DataFrame(rows), ceilings)
+    df.insert(0, "sweep", "gemm")
+    for key, value in info.items():
+        df[key] = value
+    return df
