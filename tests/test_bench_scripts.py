@@ -1,0 +1,32 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.ref import summary
+from bench.ref.metric import ROW_FIELDS, append_jsonl
+from tests.test_bench_metric import make_row
+
+REF = Path(__file__).resolve().parents[1] / "bench" / "ref"
+
+
+@pytest.mark.parametrize("script", ["run_all.sh", "profile.sh"])
+def test_scripts_parse(script):
+    path = REF / script
+    assert path.stat().st_mode & 0o111, f"{script} is not executable"
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_profile_sh_marks_the_line_to_adjust():
+    text = (REF / "profile.sh").read_text()
+    assert "python -m profiling step" in text and text.count("ADJUST") >= 2
+
+
+def test_summary_cli(tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    for i, v in enumerate([420.0, 421.0, 440.0]):
+        append_jsonl(rows, make_row(process=i, decode_tok_s=v))
+    summary.main([str(rows), "--csv", str(tmp_path / "rows.csv")])
+    out = capsys.readouterr()
+    assert "**disagree**" in out.out and "disagree" in out.err
+    assert (tmp_path / "rows.csv").read_text().splitlines()[0] == ",".join(ROW_FIELDS)
