@@ -56,16 +56,18 @@ LAYER = ("qkv", "o", "gate_up", "down")
 SMOKE = {"qkv": (96, 64), "o": (64, 96), "gate_up": (160, 64), "down": (64, 160), "lm_head": (200, 64), "fc": (64, 320)}
 L2_DEFEAT_BYTES = 256 << 20
 
-# (block_n, block_k, num_warps, num_stages); split_k is a runtime argument and searched separately.
+# (block_n, block_k, num_warps, num_stages[, fast_i8]); split_k is a runtime argument, searched separately.
+# First H200 run (127707b): the BF16 winners were gemv 8-16 x 512 and dot 64 x 128 x 6 stages; INT8 with
+# cvt conversions was conversion-bound (gate_up 2.3 TB/s), so INT8 now tries the integer-op conversion.
 GRID = {
-    ("gemv", "bf16"): [(8, 512, 4, 4), (16, 256, 4, 4), (16, 512, 4, 3), (16, 512, 8, 4), (32, 256, 4, 4),
-                       (32, 256, 8, 4), (32, 512, 8, 3), (64, 128, 4, 4)],
+    ("gemv", "bf16"): [(4, 1024, 4, 4), (8, 512, 4, 4), (8, 512, 8, 4), (8, 1024, 4, 3), (16, 256, 4, 4),
+                       (16, 256, 4, 6), (16, 512, 4, 3), (16, 512, 8, 4), (32, 256, 8, 4)],
     ("gemv", "int8"): [(8, 1024, 4, 4), (16, 512, 4, 4), (16, 1024, 4, 3), (16, 1024, 8, 4), (32, 512, 4, 4),
-                       (32, 512, 8, 4), (32, 1024, 8, 3), (64, 256, 4, 4)],
-    ("dot", "bf16"): [(32, 256, 4, 4), (64, 128, 4, 4), (64, 128, 4, 6), (64, 256, 4, 3), (64, 256, 8, 4),
-                      (128, 128, 4, 4), (128, 128, 8, 4), (128, 64, 4, 6)],
-    ("dot", "int8"): [(32, 512, 4, 4), (64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3), (64, 512, 8, 4),
-                      (128, 256, 4, 4), (128, 256, 8, 4), (128, 128, 4, 6)],
+                       (32, 512, 8, 4), (64, 256, 4, 4), (8, 1024, 4, 4, False), (32, 512, 8, 4, False)],
+    ("dot", "bf16"): [(32, 128, 4, 6), (32, 256, 4, 4), (64, 64, 4, 8), (64, 128, 4, 4), (64, 128, 4, 6),
+                      (64, 128, 8, 6), (64, 256, 4, 3), (128, 128, 4, 4), (128, 64, 4, 6)],
+    ("dot", "int8"): [(32, 256, 4, 6), (32, 512, 4, 4), (64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
+                      (128, 256, 4, 4), (128, 128, 4, 6), (32, 512, 4, 4, False), (64, 256, 4, 4, False)],
 }
 SPLITS = (1, 2, 4, 8, 16)
 
@@ -152,12 +154,13 @@ class Shape:
 
 
 def candidates(path: str, kind: str, n: int, k: int, num_sms: int):
-    for bn, bk, warps, stages in GRID[(path, kind)]:
+    for bn, bk, warps, stages, *fast in GRID[(path, kind)]:
         tiles = -(-n // bn)
         for split in SPLITS:
             if split > 1 and (tiles >= 4 * num_sms or k // split < 2 * bk):
                 continue
-            yield GemmConfig(block_n=bn, block_k=bk, split_k=split, num_warps=warps, num_stages=stages)
+            yield GemmConfig(block_n=bn, block_k=bk, split_k=split, num_warps=warps, num_stages=stages,
+                             fast_i8=fast[0] if fast else True)
 
 
 def tune(shapes: dict, device: str, budget_s: float, log) -> dict:

@@ -1,7 +1,7 @@
 """Launch configs for the skinny GEMMs: tuned winners per GPU from gemm_configs.json, else a heuristic.
 
 JSON layout: {gpu_name: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
-num_warps, num_stages}}}}}, with gpu_name as `torch.cuda.get_device_name()` returns it. The file is read
+num_warps, num_stages, fast_i8}}}}}, with gpu_name as `torch.cuda.get_device_name()` returns it. The file is read
 once; nothing is tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune`
 writes it (a small grid timed in CUDA graphs on the GPU in question).
 """
@@ -27,6 +27,7 @@ class GemmConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
+    fast_i8: bool = True  # int8 -> float by integer ops instead of cvt (skinny_gemm._int8_to_f32)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tileinfer.ops.skinny_gemm import INTERPRET, MAX_M, skinny_gemm
+from tileinfer.ops.skinny_gemm import INTERPRET, MAX_M, _weight_to, skinny_gemm
 
 
 def w8a16_gemm_ref(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -50,11 +50,11 @@ def _w8a16_gemm_kernel(
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
         if DOT_FP32:
-            acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)))
+            acc += tl.dot(x.to(tl.float32), tl.trans(_weight_to(w, tl.float32, True)))
         elif DOT_IEEE:
-            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc, input_precision="ieee")
+            acc = tl.dot(x, tl.trans(_weight_to(w, x.dtype, True)), acc, input_precision="ieee")
         else:
-            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+            acc = tl.dot(x, tl.trans(_weight_to(w, x.dtype, True)), acc)
     acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
