@@ -79,6 +79,9 @@ class Writer:
 
 
 def git_rev():
+    """The repository's short HEAD; the device copy of the tree has no .git, so GIT_REV may say it."""
+    if os.environ.get("GIT_REV"):
+        return os.environ["GIT_REV"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
@@ -343,12 +346,12 @@ def print_table(rows, best_config, best_splits):
     checks = [r for r in rows if r["section"] == "check"]
     print(f"\ncorrectness: {sum(bool(r['ok']) for r in checks)}/{len(checks)} ok, max abs err "
           f"{max((r['max_abs_err'] for r in checks if isinstance(r.get('max_abs_err'), float)), default=float('nan')):.2e}")
-    print(f"\n{'what':<30}{'kv_len':>8}{'q':>4}{'splits':>7}{'µs':>10}{'TB/s':>7}{'TFLOP/s':>9}  note")
+    print(f"\n{'what':<30}{'kv_len':>8}{'q':>6}{'splits':>7}{'µs':>10}{'TB/s':>7}{'TFLOP/s':>9}  note")
     for r in rows:
         if r["section"] in ("decode", "prefill"):
             name = r["kernel"] + (f" {r['config']}" if r.get("config") else "")
             gbps = r.get("kv_gbps")
-            print(f"{name:<30}{r['kv_len']:>8}{r['num_q_tokens']:>4}{str(r.get('num_splits', '')):>7}"
+            print(f"{name:<30}{r['kv_len']:>8}{r['num_q_tokens']:>6}{str(r.get('num_splits', '')):>7}"
                   f"{fmt(r.get('time_us'), '10.1f')}{fmt(gbps / 1e3 if gbps else None, '7.2f')}"
                   f"{fmt(r.get('tflops'), '9.1f')}  {r.get('note', '')}")
     print("best splits (kv_len, q): " + ", ".join(f"{k}: {v}" for k, v in sorted(best_splits.items())))

@@ -159,6 +159,8 @@ def decode_attention(
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host)."""
+    # Launch defaults from the H200 sweep (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with
+    # 4 warps and 3 stages 29.5; 4 stages 30.7; 8 warps 40.3; BLOCK_N 128: 32.4 (4 warps), 40.3 (8).
     _check_inputs(q, k_cache, v_cache)
     if num_splits < 1:
         raise ConfigError(f"num_splits must be at least 1, got {num_splits}")

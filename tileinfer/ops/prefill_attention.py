@@ -115,10 +115,12 @@ def _prefill_attention_kernel(
 
 def prefill_attention(
     q, k_cache, v_cache, kv_len: int, causal: bool = True, scale=None,
-    *, block_m: int = 128, block_n: int = 64, num_warps: int = 8, num_stages: int = 3,
+    *, block_m: int = 64, block_n: int = 64, num_warps: int = 4, num_stages: int = 3,
 ) -> torch.Tensor:
     """Attention of the T queries in ``q`` (the last T of ``kv_len`` cache positions); ``kv_len`` is a
     host int, ``kv_len >= T``."""
+    # Launch defaults measured on the H200 (head_dim 128, bf16, causal): 64×64 tiles, 4 warps, 3 stages
+    # gave 256 TFLOP/s at 1k and 459 at 8k (128×64 with 8 warps: 217 and 457; SDPA flash: 158 and 319).
     _check_inputs(q, k_cache, v_cache)
     num_q_tokens, num_q_heads, head_dim = q.shape
     kv_len = int(kv_len)
