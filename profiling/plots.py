@@ -1,0 +1,107 @@
+"""Plotly figures of the profiling DataFrames; each returns a `go.Figure` and computes nothing itself."""
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from profiling.aggregate import per_layer
+
+
+def _device_note(df):
+    if "gpu" in df.columns and len(df):
+        return f" — {', '.join(sorted(set(map(str, df['gpu']))))}"
+    if "device" in df.columns and len(df) and (df["device"] == "cpu").all():
+        return " — cpu"
+    return ""
+
+
+def per_layer_figure(data, by="part", steps=1, title="Kernel time per layer"):
+    """Stacked bars: ms per step of each layer, one trace per `by` value ("part" or "kernel_class").
+
+    `data`: a kernel DataFrame (from `trace_kernels`) or a `per_layer` table. Drafter layers are "D0…".
+    """
+    table = per_layer(data, steps) if "duration_us" in data.columns else data
+    table = table.assign(x=[("D" if m == "drafter" else "L") + str(int(i)) for m, i in zip(table["model"], table["layer"])])
+    order = list(dict.fromkeys(table.sort_values(["model", "layer"], ascending=[False, True])["x"]))
+    fig = go.Figure()
+    for value, group in table.groupby(by):
+        sums = group.groupby("x")["time_ms"].sum().reindex(order, fill_value=0.0)
+        fig.add_bar(x=order, y=sums.values, name=str(value))
+    fig.update_layout(barmode="stack", title=title, xaxis_title="layer (L: target, D: drafter)",
+                      yaxis_title="kernel time per step (ms)", legend_title=by)
+    return fig
+
+
+def split_curves_figure(df, title="Attention time against the split count"):
+    """One line per (kv_len, q_len) of our attention's time over num_splits, with SDPA as a dashed line."""
+    fig = go.Figure()
+    ours = df[df["impl"] == "ours"]
+    splits = sorted(ours["num_splits"].unique())
+    for (kv_len, q_len), group in ours.groupby(["kv_len", "q_len"]):
+        group = group.sort_values("num_splits")
+        fig.add_scatter(x=group["num_splits"], y=group["time_us"], mode="lines+markers",
+                        name=f"ours kv {kv_len}, q {q_len}", legendgroup=f"{kv_len}-{q_len}")
+        sdpa = df[(df["impl"] == "sdpa") & (df["kv_len"] == kv_len) & (df["q_len"] == q_len)]
+        if len(sdpa) and splits:
+            t = float(sdpa["time_us"].iloc[0])
+            fig.add_scatter(x=[splits[0], splits[-1]], y=[t, t], mode="lines", line=dict(dash="dash"),
+                            name=f"SDPA kv {kv_len}, q {q_len}", legendgroup=f"{kv_len}-{q_len}")
+    fig.update_xaxes(type="log", tickvals=splits, title="num_splits")
+    fig.update_layout(title=title + _device_note(df), yaxis_title="time (µs, median)")
+    return fig
+
+
+def gemm_bandwidth_figure(df, ceilings=None, title="Linear layers: achieved bandwidth"):
+    """Grouped bars of GB/s per shape and M, one trace per (impl, weights), against the measured read ceiling."""
+    df = df.assign(x=[f"{s} m={m}" for s, m in zip(df["shape"], df["m"])])
+    order = list(dict.fromkeys(df["x"]))
+    fig = go.Figure()
+    for (impl, weights), group in df.groupby(["impl", "weights"]):
+        g = group.set_index("x")["gbs"].reindex(order)
+        fig.add_bar(x=order, y=g.values, name=f"{impl} {weights}")
+    read = None
+    if ceilings is not None:
+        read = ceilings.get("read_gbs") if isinstance(ceilings, dict) else ceilings.read_gbs
+    if read:
+        fig.add_scatter(x=order, y=[read] * len(order), mode="lines", line=dict(dash="dash", color="black"),
+                        name=f"measured read ceiling {read:.0f} GB/s")
+    fig.update_layout(barmode="group", title=title + _device_note(df), xaxis_title="shape",
+                      yaxis_title="GB/s (weight + activation bytes ÷ time)")
+    return fig
+
+
+def tokens_per_step_figure(tokens_per_step, title="Tokens committed per step"):
+    """Histogram of the tokens each DFlash step committed (accepted drafts + 1)."""
+    counts = np.bincount(np.asarray(list(tokens_per_step), dtype=int)) if len(tokens_per_step) else np.zeros(1)
+    xs = list(range(1, len(counts)))
+    mean = float(np.mean(tokens_per_step)) if len(tokens_per_step) else math.nan
+    fig = go.Figure(go.Bar(x=xs, y=counts[1:], name="steps"))
+    fig.update_layout(title=f"{title} (mean {mean:.2f})", xaxis_title="tokens committed in the step",
+                      yaxis_title="steps", bargap=0.1)
+    return fig
+
+
+def step_breakdown_figure(table, title="Kernel time per step, by phase and class"):
+    """Stacked bars from `gemm_vs_attention_ms`: one bar per phase, one trace per kernel class."""
+    table = table.drop(index="step", errors="ignore")
+    fig = go.Figure()
+    for cls in [c for c in table.columns if c != "total"]:
+        fig.add_bar(x=list(table.index), y=table[cls].values, name=cls)
+    fig.update_layout(barmode="stack", title=title, xaxis_title="phase", yaxis_title="ms per step")
+    return fig
+
+
+def reference_figure(fractions, title="DFlash decode against each GPU's memory bandwidth"):
+    """Grouped bars from `reference_fractions`: one trace per engine × GPU, one group per point/task/weights."""
+    df = fractions.assign(x=[f"{p} {t} {w}" for p, t, w in zip(fractions["point"], fractions["task"],
+                                                                fractions["weights"])])
+    order = list(dict.fromkeys(df["x"]))
+    fig = go.Figure()
+    for (engine, gpu), group in df.groupby(["engine", "gpu"], sort=False):
+        g = group.groupby("x")["bandwidth_fraction"].mean().reindex(order)
+        fig.add_bar(x=order, y=g.values, name=f"{engine} · {gpu}")
+    fig.update_layout(barmode="group", title=title, xaxis_title="prompt length, task, weights",
+                      yaxis_title="fraction of the GPU's memory bandwidth<br>(bytes per step ÷ step time ÷ bandwidth)",
+                      yaxis_range=[0, 1])
+    return fig

@@ -1,0 +1,87 @@
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from profiling import plots
+from profiling.aggregate import gemm_vs_attention_ms
+from profiling.ceilings import H200
+from profiling.compare import REFERENCE_CSV, reference_fractions
+from profiling.trace import kernels_from_events
+
+from tests.test_profiling_trace import _gpu_trace_with_launches
+
+
+def _names(fig):
+    return [t.name for t in fig.data]
+
+
+def test_per_layer_figure_stacks_parts():
+    df = kernels_from_events(_gpu_trace_with_launches())
+    fig = plots.per_layer_figure(df)
+    assert isinstance(fig, go.Figure) and fig.layout.barmode == "stack"
+    assert sorted(_names(fig)) == ["attention", "mlp"]
+    assert list(fig.data[0].x) == ["L0", "D1"]
+    by_class = plots.per_layer_figure(df, by="kernel_class")
+    assert set(_names(by_class)) == {"attention", "gemm", "norm_rope", "other"}
+    assert isinstance(plots.step_breakdown_figure(gemm_vs_attention_ms(df, 1)), go.Figure)
+
+
+def _attention_rows():
+    rows = []
+    for kv in (1024, 8192):
+        for s in (1, 2, 4, 8):
+            rows.append(dict(impl="ours", kv_len=kv, q_len=16, num_splits=s, time_us=100 / s + kv / 1000, gpu="cpu"))
+        rows.append(dict(impl="sdpa", kv_len=kv, q_len=16, num_splits=float("nan"), time_us=40.0, gpu="cpu"))
+    return pd.DataFrame(rows)
+
+
+def test_split_curves_have_an_sdpa_line_per_kv_len():
+    fig = plots.split_curves_figure(_attention_rows())
+    assert _names(fig) == ["ours kv 1024, q 16", "SDPA kv 1024, q 16", "ours kv 8192, q 16", "SDPA kv 8192, q 16"]
+    assert list(fig.data[1].y) == [40.0, 40.0] and fig.layout.xaxis.type == "log"
+    assert "cpu" in fig.layout.title.text
+
+
+def test_gemm_bandwidth_bars_against_the_ceiling():
+    df = pd.DataFrame([dict(shape=s, m=m, impl=i, weights=w, gbs=1000.0, gpu="NVIDIA H200")
+                       for s in ("qkv", "o") for m in (1, 16) for i in ("ours", "cublas") for w in ("bf16", "int8")])
+    fig = plots.gemm_bandwidth_figure(df, ceilings=H200)
+    assert len(fig.data) == 5 and "read ceiling" in fig.data[-1].name
+    assert list(fig.data[0].x) == ["qkv m=1", "qkv m=16", "o m=1", "o m=16"]
+
+
+def test_tokens_per_step_histogram():
+    fig = plots.tokens_per_step_figure([1, 3, 3, 16])
+    assert list(fig.data[0].x) == list(range(1, 17))
+    assert fig.data[0].y[2] == 2 and fig.data[0].y[15] == 1
+    assert "5.75" in fig.layout.title.text
+    assert isinstance(plots.tokens_per_step_figure([]), go.Figure)
+
+
+def test_reference_comparison_as_bandwidth_fractions():
+    reference = pd.DataFrame([
+        dict(engine="vllm", gpu="RTX 4080 SUPER", gpu_bandwidth_gbs=736, point="8k", task="edit", weights="bf16",
+             metric="decode_tok_s", value=69.5),
+        dict(engine="vllm", gpu="RTX 4080 SUPER", gpu_bandwidth_gbs=736, point="8k", task="edit", weights="bf16",
+             metric="tokens_per_step", value=1.87),
+        dict(engine="vllm", gpu="RTX 4080 SUPER", gpu_bandwidth_gbs=736, point="8k", task="edit", weights="",
+             metric="prompt_tokens", value=8181),
+    ])
+    ours = pd.DataFrame([dict(engine="tileinfer", gpu="NVIDIA H200", gpu_bandwidth_gbs=4190, point="8k", task="edit",
+                              weights="bf16", decode_tok_s=300.0, tokens_per_step=1.87, prompt_tokens=8181,
+                              new_tokens=2048, process=p) for p in (0, 1)])
+    fr = reference_fractions(reference, ours).set_index("engine")
+    assert fr.loc["vllm", "step_ms"] == pytest.approx(26.906, abs=1e-3)  # the comparison's 26.9 ms
+    assert fr.loc["vllm", "kv_len"] == 8181 and fr.loc["tileinfer", "kv_len"] == 8181 + 1024
+    expected = fr.loc["vllm", "bytes_per_step"] / 26.906e-3 / 736e9
+    assert fr.loc["vllm", "bandwidth_fraction"] == pytest.approx(expected, rel=1e-3)
+    fig = plots.reference_figure(fr.reset_index())
+    assert _names(fig) == ["vllm · RTX 4080 SUPER", "tileinfer · NVIDIA H200"]
+    assert "fraction of the GPU's memory bandwidth" in fig.layout.yaxis.title.text
+
+
+def test_reference_csv_when_present():
+    if not REFERENCE_CSV.exists():
+        pytest.skip(f"{REFERENCE_CSV} is not there yet")
+    fr = reference_fractions()
+    assert len(fr) and fr["bandwidth_fraction"].between(0, 1).all()
