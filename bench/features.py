@@ -34,7 +34,8 @@ class Setting:
     generate: dict = field(default_factory=dict)
 
 
-REFERENCE = Setting("reference: BF16, DFlash, CUDA graphs, split-KV, skinny GEMMs")
+REFERENCE = Setting("reference")
+REFERENCE_TEXT = "BF16, DFlash, CUDA graphs, split-KV attention (default splits), skinny GEMMs"
 
 
 @dataclass(frozen=True)
@@ -73,14 +74,15 @@ def measure_setting(setting, engines, make_engine, ids, new_tokens, base_generat
 
 
 def feature_table(make_engine, ids, new_tokens, base_generate=None, features=FEATURES, trials=5,
-                  warmup_s=1.0, clock=time.perf_counter):
+                  warmup_s=1.0, clock=time.perf_counter, engines=None):
     """One row per feature: tok/s and step ms without and with it, and the ratio (with / without).
 
     make_engine(**load_kwargs) -> Engine; each distinct load is built once. base_generate: keyword
-    arguments of every generate call (stop_ids, accept_profile).
+    arguments of every generate call (stop_ids, accept_profile). engines: already built engines by
+    their sorted load items (() for the reference).
     """
     base_generate = base_generate or {}
-    engines, measured = {}, {}
+    engines, measured = dict(engines or {}), {}
     settings = list(dict.fromkeys(s for f in features for s in (f.with_, f.without)))
     for s in progress(settings, desc="settings", file=sys.stderr):
         measured[s] = measure_setting(s, engines, make_engine, ids, new_tokens, base_generate,
@@ -158,17 +160,16 @@ def main(argv=None):
                            "weights_kind": "random" if random_weights else "real",
                            "accept_mode": f"replay:{base['accept_profile']:g}" if base["accept_profile"] else "real",
                            "timestamp": timestamp()}
-    del first
     rows = feature_table(make_engine, ids, point.new_tokens, base, trials=args.trials,
-                         warmup_s=args.warmup_s)
+                         warmup_s=args.warmup_s, engines={(): first})
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"features-{env['gpu'].replace(' ', '_')}-{point.name}-{args.task}"
+    stem = f"features-{env['gpu']}-{point.name}-{args.task}".replace(" ", "_").replace("/", "-")
     to_dataframe(rows, env).to_csv(out / f"{stem}.csv", index=False)
     table = to_markdown(rows)
     header = (f"Results by feature: {env['gpu']} ({env['gpu_bandwidth_gbs']} GB/s), {point.name} "
               f"{args.task}, {env['weights_kind']} weights, acceptance {env['accept_mode']}, "
-              f"git {env['git_rev']}\n\n")
+              f"git {env['git_rev']}\n\nreference = {REFERENCE_TEXT}; each row switches one feature.\n\n")
     (out / f"{stem}.md").write_text(header + table)
     print(header + table)
 
