@@ -218,6 +218,7 @@ def measure_read_bandwidth_gbs(nbytes=2 << 30, repeats=10):
         b.synchronize()
         times.append(a.elapsed_time(b) / 1e3)
     del x
+    torch.cuda.empty_cache()
     return nbytes / statistics.median(times) / 1e9
 
 

@@ -132,8 +132,8 @@ def run_worker(args, load=None, emit=emit_row):
     dflash = args.dflash == "on"
     random_weights = bool(args.random_weights)
     model, draft = args.model, args.draft
+    env = environment(measure_bandwidth=not args.datasheet_bandwidth)  # before the weights take memory
     engine = load(model, draft=draft if dflash else None, weights=args.weights, device=args.device)
-    env = environment(measure_bandwidth=not args.datasheet_bandwidth)
     rows = []
     for task in args.tasks.split(","):
         ids = prompt_ids(task, point, engine.tokenizer, engine.config.vocab_size,

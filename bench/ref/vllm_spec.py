@@ -124,8 +124,8 @@ def run_worker(args, llm_cls=None, sampling_params_cls=None, emit=emit_row):
         from vllm import LLM as llm_cls
     (point,) = args.points
     dflash = args.dflash == "on"
+    env = environment(measure_bandwidth=not args.datasheet_bandwidth)  # before vLLM reserves memory
     llm = llm_cls(**build_llm_kwargs(args))
-    env = environment(measure_bandwidth=not args.datasheet_bandwidth)
     tokenizer = tokenizer_from_path(local_checkpoint(args.model))
     reply_params = build_sampling_params(point.new_tokens, sampling_params_cls)
     prefill_params = build_sampling_params(1, sampling_params_cls)
