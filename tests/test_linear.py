@@ -1,0 +1,154 @@
+"""Linear layer: the skinny BF16 / W8A16 Triton kernels and the tiled W8A16 kernel against x @ dequant(W).T."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from tests.conftest import assert_close
+from tileinfer.errors import CheckpointError
+from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
+from tileinfer.ops.linear import Linear, embedding, linear, linear_ref, quantize_linear
+from tileinfer.ops.skinny_gemm import _weight_to, skinny_gemm, skinny_gemm_ref
+from tileinfer.ops.w8a16_gemm import w8a16_gemm, w8a16_gemm_ref, w8a16_gemm_tiled
+
+# Error relative to max|ref|: bf16 output rounding dominates (8 significant bits).
+TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 2e-5}
+SHAPES = [(37, 50), (100, 130), (64, 32)]
+MS = [1, 2, 5, 16, 40]
+
+
+def _check(y, x, w_deq, dtype, what):
+    ref = (x.double() @ w_deq.double().T)
+    assert y.dtype == dtype and y.shape == ref.shape, (y.dtype, y.shape)
+    scale = ref.abs().max().item()
+    assert_close(y.double(), ref, atol=TOL[dtype] * scale, rtol=0, what=what)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n,k", SHAPES)
+@pytest.mark.parametrize("m", MS)
+def test_linear_matches_dequant_reference(device, dtype, n, k, m):
+    gen = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
+    w = torch.randn(n, k, generator=gen).to(device)
+    x = torch.randn(m, k, generator=gen).to(device, dtype)
+    lin = Linear(weight=w.to(dtype))
+    _check(linear(x, lin), x, lin.weight, dtype, f"bf16-path {dtype} M={m} {n}x{k}")
+    q = quantize_linear(lin)
+    _check(linear(x, q), x, q.dequantized(torch.float64), dtype, f"int8-path {dtype} M={m} {n}x{k}")
+    _check(linear_ref(x, q), x, q.dequantized(torch.float64), dtype, "linear_ref int8")
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_skinny_split_k_and_blocks(device, split_k, m, quantized):
+    n, k = 100, 130
+    gen = torch.Generator().manual_seed(7 + split_k)
+    w = torch.randn(n, k, generator=gen).to(device)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    cfg = GemmConfig(block_n=16 if m == 1 else 32, block_k=32, split_k=split_k)
+    if quantized:
+        q = quantize_linear(Linear(weight=w))
+        y = skinny_gemm(x, q.qweight, q.scale, config=cfg)
+        y_slow = skinny_gemm(x, q.qweight, q.scale, config=GemmConfig(**{**cfg.as_dict(), "fast_i8": False}))
+        assert torch.equal(y, y_slow)
+        w_deq = q.dequantized(torch.float64)
+    else:
+        w = w.to(torch.bfloat16)
+        y = skinny_gemm(x, w, config=cfg)
+        w_deq = w
+    _check(y, x, w_deq, torch.bfloat16, f"skinny split_k={split_k} M={m} q={quantized}")
+    assert_close(y, skinny_gemm_ref(x, *((q.qweight, q.scale) if quantized else (w,))), atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("m", [3, 17, 40])
+def test_w8a16_tiled_and_dispatch(device, m):
+    gen = torch.Generator().manual_seed(m)
+    q = quantize_linear(Linear(weight=torch.randn(37, 50, generator=gen).to(device)))
+    x = torch.randn(m, 50, generator=gen).to(device, torch.bfloat16)
+    ref = q.dequantized(torch.float64)
+    _check(w8a16_gemm_tiled(x, q.qweight, q.scale), x, ref, torch.bfloat16, f"tiled M={m}")
+    _check(w8a16_gemm(x, q.qweight, q.scale), x, ref, torch.bfloat16, f"w8a16_gemm M={m}")
+    _check(w8a16_gemm_ref(x, q.qweight, q.scale), x, ref, torch.bfloat16, "w8a16_gemm_ref")
+
+
+def test_linear_keeps_leading_dims_and_bf16_scale(device):
+    q = quantize_linear(Linear(weight=torch.randn(37, 50).to(device)))
+    q16 = Linear(qweight=q.qweight, scale=q.scale.to(torch.bfloat16))
+    x = torch.randn(2, 3, 50).to(device, torch.bfloat16)
+    y = linear(x, q16)
+    assert y.shape == (2, 3, 37)
+    _check(y.reshape(6, 37), x.reshape(6, 50), q16.dequantized(torch.float64), torch.bfloat16, "bf16 scale")
+
+
+@triton.jit
+def _convert_kernel(w_ptr, o_ptr, DTYPE: tl.constexpr):
+    offs = tl.arange(0, 256)
+    tl.store(o_ptr + offs, _weight_to(tl.load(w_ptr + offs), DTYPE, True))
+
+
+@pytest.mark.parametrize("tl_dtype,dtype", [(tl.bfloat16, torch.bfloat16), (tl.float16, torch.float16),
+                                            (tl.float32, torch.float32)])
+def test_fast_int8_conversion_is_exact(device, tl_dtype, dtype):
+    w = torch.arange(-128, 128, dtype=torch.int32).to(device, torch.int8)
+    out = torch.empty(256, dtype=dtype, device=device)
+    _convert_kernel[(1,)](w, out, DTYPE=tl_dtype)
+    assert torch.equal(out.float(), w.float())
+
+
+def test_quantize_linear_round_trip_bound():
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(37, 130, generator=gen) * torch.logspace(-3, 1, 37)[:, None]
+    w[5] = 0.0  # an all-zero row must not divide by zero
+    q = quantize_linear(Linear(weight=w, parts=(("a", 30), ("b", 7))))
+    assert q.qweight.dtype == torch.int8 and q.scale.dtype == torch.float32 and q.parts == (("a", 30), ("b", 7))
+    assert int(q.qweight.abs().max()) <= 127
+    err = (w - q.dequantized(torch.float32)).abs()
+    assert bool((err <= q.scale[:, None] / 2 * (1 + 1e-6)).all())
+    assert torch.equal(q.qweight[5], torch.zeros(130, dtype=torch.int8))
+    assert quantize_linear(q) is q
+
+
+def test_linear_properties():
+    lin = Linear(weight=torch.randn(37, 50, dtype=torch.bfloat16))
+    q = quantize_linear(lin)
+    assert (lin.out_features, lin.in_features, lin.is_quantized, lin.nbytes) == (37, 50, False, 37 * 50 * 2)
+    assert (q.out_features, q.in_features, q.is_quantized, q.nbytes) == (37, 50, True, 37 * 50 + 37 * 4)
+
+
+def test_embedding_rows():
+    w = torch.randn(20, 8)
+    ids = torch.tensor([[3, 0, 19]])
+    assert torch.equal(embedding(ids, Linear(weight=w)), w[ids])
+    q = quantize_linear(Linear(weight=w))
+    e = embedding(ids, q)
+    assert e.dtype == torch.bfloat16 and e.shape == (1, 3, 8)
+    assert_close(e, q.dequantized(torch.float32)[ids], atol=0, rtol=4e-3, what="quantized embedding")
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(CheckpointError, match="without a scale"):
+        Linear(qweight=torch.zeros(4, 8, dtype=torch.int8))
+    with pytest.raises(CheckpointError, match="int8"):
+        Linear(qweight=torch.zeros(4, 8, dtype=torch.int32), scale=torch.ones(4))
+    with pytest.raises(CheckpointError, match="scale has 3 entries"):
+        Linear(qweight=torch.zeros(4, 8, dtype=torch.int8), scale=torch.ones(3))
+    with pytest.raises(CheckpointError, match="exactly one"):
+        Linear()
+    with pytest.raises(CheckpointError, match="parts"):
+        Linear(weight=torch.zeros(4, 8), parts=(("a", 3),))
+    lin = Linear(weight=torch.zeros(4, 8))
+    for fn in (linear, linear_ref):
+        with pytest.raises(ValueError, match="in_features"):
+            fn(torch.zeros(2, 9), lin)
+
+
+def test_configs_lookup_and_heuristic():
+    assert [m_bucket(m) for m in (1, 2, 4, 5, 16)] == [1, 4, 4, 16, 16]
+    with pytest.raises(ValueError):
+        m_bucket(17)
+    cfg = heuristic_config(2560, 4096, 1, "bf16")
+    assert cfg.split_k > 1  # too few row tiles for 132 SMs without splitting K
+    assert heuristic_config(151936, 2560, 1, "bf16").split_k == 1
+    assert isinstance(get_config(37, 50, 1, "int8"), GemmConfig)
