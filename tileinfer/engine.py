@@ -235,6 +235,8 @@ class Engine:
         start = n_prompt  # host view of the anchor's position
         launched_to = start  # the largest anchor position a launched step may leave
         stopped = out[0] in stop
+        if stopped:
+            stats.stop_reason = "stop"
 
         def launch(size):
             if replay:
