@@ -9,9 +9,23 @@ __version__ = "0.1.0"
 
 
 def quantize_int8(model):
-    """Every linear of a model (LM head included) to per-output-channel INT8 weights, in place."""
+    """Every linear (LM head included) to symmetric per-output-channel INT8 weights, in place.
+
+    `model`: an Engine (target and drafter) or one of its models. The tied embedding then looks its
+    rows up in the INT8 LM head and dequantizes them: no second BF16 table is kept.
+    """
     from tileinfer.quant import quantize_int8 as quantize
-    return quantize(model)
+    if isinstance(model, Engine):
+        for part in (model.target, model.drafter):
+            if part is not None:
+                quantize_int8(part)
+        model.weights = "int8"
+        model._graphs.clear()
+        return model
+    quantize(model)
+    if hasattr(model, "refresh_views"):
+        model.refresh_views()
+    return model
 
 
 __all__ = ["load", "Engine", "Generation", "GenerationStats", "quantize_int8", "TileInferError",

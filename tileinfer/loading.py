@@ -7,7 +7,7 @@ from tileinfer.config import DTYPES, DFlashConfig, Qwen3Config, read_json
 from tileinfer.engine import DEFAULT_PREFILL_CHUNK, Engine
 from tileinfer.errors import ConfigError
 from tileinfer.models.dflash import build_drafter
-from tileinfer.models.qwen3 import build_qwen3
+from tileinfer.models.qwen3 import build_quantized_qwen3, build_qwen3
 from tileinfer.ops.backend import Ops
 
 WEIGHTS = ("bf16", "fp16", "fp32", "int8")
@@ -52,6 +52,8 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
     config = Qwen3Config.from_dict(raw, f"{path}/config.json")
     quantized = "quantization_config" in raw
     if quantized:
+        weights = "int8"  # a quantized checkpoint runs as it was saved
+    if quantized:
         from tileinfer.quant import load_quantized_tensors
         tensors = load_quantized_tensors(path)
     else:
@@ -63,13 +65,17 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
         draft_config.check_fits(config)
         draft_tensors = read_tensors(draft_path, device)
 
-    target = build_qwen3(config, tensors, dtype, ops, str(path))
+    if quantized:
+        target = build_quantized_qwen3(config, tensors, dtype, ops, str(path), device)
+    else:
+        target = build_qwen3(config, tensors, dtype, ops, str(path))
     drafter = build_drafter(draft_config, draft_tensors, dtype, target, ops, str(draft_path)) if draft_config else None
-    if weights == "int8" and not quantized:
+    if weights == "int8":
         from tileinfer.quant import quantize_int8
         quantize_int8(target)
         if drafter is not None:
             quantize_int8(drafter)
+            drafter.refresh_views()
     tokenizer = load_tokenizer(path)
     return Engine(target, drafter, tokenizer, eos_ids(path, config.eos_token_id, tokenizer), weights,
                   path=path, draft_path=draft_path, prefill_chunk=prefill_chunk)

@@ -157,6 +157,37 @@ def check_tensors(tensors: dict, shapes: dict, where: str, optional: tuple[str, 
         raise CheckpointError(f"{where} does not match its config: " + "; ".join(problems[:6]))
 
 
+def build_quantized_qwen3(config: Qwen3Config, tensors: dict, dtype, ops: Ops, where: str, device) -> Qwen3ForCausalLM:
+    """From tileinfer.quant.load_quantized_tensors: fused linears already built, INT8 or not."""
+    def get(name):
+        if name not in tensors:
+            raise CheckpointError(f"{where} lacks {name}")
+        value = tensors.pop(name)
+        return value.to(device) if isinstance(value, Linear) else value.to(device, dtype)
+
+    shapes = expected_shapes(config)
+    layers = []
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}"
+        layer = Qwen3Layer(
+            input_layernorm=get(f"{p}.input_layernorm.weight"), qkv_proj=get(f"{p}.qkv_proj"),
+            q_norm=get(f"{p}.self_attn.q_norm.weight"), k_norm=get(f"{p}.self_attn.k_norm.weight"),
+            o_proj=get(f"{p}.o_proj"), post_attention_layernorm=get(f"{p}.post_attention_layernorm.weight"),
+            gate_up_proj=get(f"{p}.gate_up_proj"), down_proj=get(f"{p}.down_proj"))
+        expect = {"qkv_proj": (sum(shapes[f"{p}.self_attn.{n}_proj.weight"][0] for n in "qkv"), config.hidden_size),
+                  "o_proj": shapes[f"{p}.self_attn.o_proj.weight"], "down_proj": shapes[f"{p}.mlp.down_proj.weight"],
+                  "gate_up_proj": (2 * config.intermediate_size, config.hidden_size)}
+        for name, shape in expect.items():
+            lin = getattr(layer, name)
+            if (lin.out_features, lin.in_features) != shape:
+                raise CheckpointError(f"{where}: {p}.{name} is {lin.out_features}×{lin.in_features}, the config implies {shape[0]}×{shape[1]}")
+        layers.append(layer)
+    lm_head = get("lm_head")
+    embed = tensors.pop("model.embed_tokens.weight", None)
+    embed = lm_head if embed is None or isinstance(embed, Linear) else Linear(weight=embed.to(device, dtype))
+    return Qwen3ForCausalLM(config, layers, embed, get("model.norm.weight"), lm_head, ops)
+
+
 def build_qwen3(config: Qwen3Config, tensors: dict, dtype: torch.dtype, ops: Ops, where: str) -> Qwen3ForCausalLM:
     tied_extra = ("lm_head.weight",) if config.tie_word_embeddings else ()
     check_tensors(tensors, expected_shapes(config), where, optional=tied_extra)
