@@ -1,0 +1,202 @@
+"""python -m profiling: sweeps, step profiles, ceilings and the reference comparison as CSV + HTML.
+
+    python -m profiling sweep attention [--kv-lens 1024,8192] [--q-lens 1,16] [--num-splits 1,2,4,8,16] --out DIR
+    python -m profiling sweep gemm [--ms 1,16] [--weights bf16,int8] [--impls ours,cublas] --out DIR
+    python -m profiling sweep drafter-attention [--kv-lens ...] [--num-splits ...] --out DIR
+    python -m profiling step --model PATH --draft PATH --prompt-tokens 8192 --new-tokens 256 --weights bf16 --out DIR
+    python -m profiling ceilings [--refresh]
+    python -m profiling compare [--ours RESULTS.csv] --out DIR
+
+Without a GPU the sweeps default to tiny shapes (Triton under the interpreter) and every row says "cpu".
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def _ints(text):
+    return [int(v) for v in text.split(",") if v]
+
+
+def _strs(text):
+    return [v for v in text.split(",") if v]
+
+
+def _write(out, name, df, figures):
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / f"{name}.csv", index=False)
+    written = [out / f"{name}.csv"]
+    for suffix, fig in figures.items():
+        path = out / (f"{name}.html" if not suffix else f"{name}-{suffix}.html")
+        fig.write_html(path, include_plotlyjs=True)
+        written.append(path)
+    for path in written:
+        print(path)
+
+
+def _ceilings(device):
+    from profiling import ceilings
+    if device.type == "cuda":
+        return ceilings.measure(device)
+    return None
+
+
+def _sweep(args):
+    from profiling import plots, sweeps
+    from profiling.env import resolve_device
+
+    device = resolve_device(args.device)
+    tiny = device.type != "cuda"
+    if tiny:
+        print("no GPU: tiny shapes on the CPU, wall-clock timers, rows labelled 'cpu'", file=sys.stderr)
+    heads = dict(num_q_heads=4, num_kv_heads=2, head_dim=16) if tiny else {}
+    if args.heads:
+        heads["num_q_heads"], heads["num_kv_heads"] = _ints(args.heads)
+    if args.head_dim:
+        heads["head_dim"] = args.head_dim
+    ceil = _ceilings(device)
+    out = Path(args.out)
+    if args.kind == "attention":
+        df = sweeps.attention_sweep(_ints(args.kv_lens or ("64,128" if tiny else "1024,8192,32768")),
+                                    _ints(args.q_lens or ("1,4" if tiny else "1,16")),
+                                    _ints(args.num_splits or ("1,2" if tiny else "1,2,4,8,16,32")),
+                                    device=device, ceilings=ceil, **heads)
+        _write(out, "attention", df, {"": plots.split_curves_figure(df)})
+    elif args.kind == "drafter-attention":
+        df = sweeps.drafter_attention_sweep(_ints(args.kv_lens or ("64,128" if tiny else "1024,8192,32768")),
+                                            _ints(args.num_splits or ("1,2" if tiny else "1,2,4,8,16,32")),
+                                            block_size=args.block_size or (4 if tiny else 16),
+                                            device=device, ceilings=ceil, **heads)
+        _write(out, "drafter-attention", df,
+               {"": plots.split_curves_figure(df, title="Drafter attention (non-causal block) against the split count")})
+    else:
+        shapes = {"tiny_qkv": (64, 32), "tiny_down": (32, 128)} if tiny else None
+        df = sweeps.gemm_sweep(shapes, _ints(args.ms or ("1,4" if tiny else "1,16")), _strs(args.weights),
+                               _strs(args.impls), device=device, ceilings=ceil)
+        _write(out, "gemm", df, {"": plots.gemm_bandwidth_figure(df, ceil)})
+
+
+def _prompt_ids(args, vocab_size):
+    if args.prompt_ids:
+        return [int(t) for t in json.loads(Path(args.prompt_ids).read_text())]
+    g = torch.Generator().manual_seed(args.seed)
+    return torch.randint(0, vocab_size, (args.prompt_tokens,), generator=g).tolist()
+
+
+def _accept_profile(text):
+    if text is None:
+        return None
+    values = [float(v) for v in text.split(",") if v]
+    return values[0] if len(values) == 1 else [int(v) for v in values]
+
+
+def _step(args):
+    import tileinfer
+    from profiling import plots
+    from profiling.step import profile_step
+
+    # Only the options given: the engine's load() grows options over time.
+    extra = {k: v for k, v in (("max_positions", args.max_positions), ("linear", args.linear)) if v is not None}
+    engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights, device=args.device,
+                            backend=args.backend, **extra)
+    prompt = _prompt_ids(args, engine.config.vocab_size)
+    block_size = args.block_size or (16 if args.draft else 1)
+    prof = profile_step(engine, prompt, block_size=block_size, max_new_tokens=args.new_tokens,
+                        warmup=args.warmup, graphs=False if args.no_graphs else None,
+                        accept_profile=_accept_profile(args.accept_profile))
+    out = Path(args.out)
+    summary = prof.summary.assign(weights=args.weights, model=str(args.model), draft=str(args.draft),
+                                  block_size=block_size)
+    _write(out, "summary", summary, {})
+    _write(out, "kernels", prof.kernels, {})
+    if prof.graph_kernels is not None:
+        _write(out, "kernels-graphs", prof.graph_kernels, {})
+    _write(out, "per_layer", prof.per_layer(), {"": plots.per_layer_figure(prof.per_layer())})
+    breakdown = prof.gemm_vs_attention()
+    _write(out, "gemm_vs_attention", breakdown.reset_index(), {"": plots.step_breakdown_figure(breakdown)})
+    _write(out, "tokens_per_step", _tps_frame(prof.tokens_per_step),
+           {"": plots.tokens_per_step_figure(prof.tokens_per_step)})
+    print(prof.summary.T.to_string())
+
+
+def _tps_frame(tokens_per_step):
+    import pandas as pd
+    return pd.DataFrame({"step": range(len(tokens_per_step)), "tokens": tokens_per_step})
+
+
+def _ceilings_cmd(args):
+    from profiling import ceilings
+    c = ceilings.measure(args.device, refresh=args.refresh)
+    print(json.dumps(c.as_dict(), indent=1))
+
+
+def _compare(args):
+    import pandas as pd
+    from profiling import plots
+    from profiling.compare import REFERENCE_CSV, load_reference, reference_fractions
+
+    reference = load_reference(args.reference or REFERENCE_CSV)
+    ours = pd.read_csv(args.ours, keep_default_na=False) if args.ours else None
+    fractions = reference_fractions(reference, ours)
+    _write(Path(args.out), "comparison", fractions, {"": plots.reference_figure(fractions)})
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m profiling", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("sweep", help="kernel sweeps to CSV + HTML")
+    s.add_argument("kind", choices=["attention", "gemm", "drafter-attention"])
+    s.add_argument("--kv-lens", help="comma list (drafter-attention: context lengths)")
+    s.add_argument("--q-lens", help="comma list (attention)")
+    s.add_argument("--num-splits", help="comma list")
+    s.add_argument("--block-size", type=int, help="drafter block (default 16)")
+    s.add_argument("--heads", help="num_q_heads,num_kv_heads (default 32,8)")
+    s.add_argument("--head-dim", type=int)
+    s.add_argument("--ms", help="comma list of M (gemm)")
+    s.add_argument("--weights", default="bf16,int8")
+    s.add_argument("--impls", default="ours,cublas")
+    s.add_argument("--device")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=_sweep)
+
+    t = sub.add_parser("step", help="profile a short generation: kernels per phase and layer, busy %%")
+    t.add_argument("--model", required=True)
+    t.add_argument("--draft")
+    t.add_argument("--weights", default="bf16", choices=["bf16", "fp16", "fp32", "int8"])
+    t.add_argument("--prompt-tokens", type=int, default=8192, help="random prompt of this length")
+    t.add_argument("--prompt-ids", help="JSON file with the prompt's token ids (instead of a random prompt)")
+    t.add_argument("--new-tokens", "--max-new-tokens", dest="new_tokens", type=int, default=256)
+    t.add_argument("--block-size", type=int, help="default: 16 with a drafter, else 1")
+    t.add_argument("--accept-profile", help="mean tokens per step, or a comma list of per-step counts")
+    t.add_argument("--warmup", type=int, default=1)
+    t.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph run")
+    t.add_argument("--backend", choices=["triton", "torch"])
+    t.add_argument("--device")
+    t.add_argument("--max-positions", type=int)
+    t.add_argument("--linear", choices=["ours", "cublas"], help="the engine's linear implementation")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", required=True)
+    t.set_defaults(fn=_step)
+
+    c = sub.add_parser("ceilings", help="measure (or read the cached) read/copy bandwidth and bf16 matmul rate")
+    c.add_argument("--device")
+    c.add_argument("--refresh", action="store_true")
+    c.set_defaults(fn=_ceilings_cmd)
+
+    r = sub.add_parser("compare", help="the reference comparison as fractions of each GPU's bandwidth")
+    r.add_argument("--reference", help="default bench/ref/reference.csv")
+    r.add_argument("--ours", help="CSV of our bench rows (engine, gpu, gpu_bandwidth_gbs, point, task, weights, ...)")
+    r.add_argument("--out", required=True)
+    r.set_defaults(fn=_compare)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    args.fn(args)
+    return 0
