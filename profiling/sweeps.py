@@ -19,6 +19,17 @@ from profiling.roofline import (QWEN3_4B, add_achieved, attention_bytes, attenti
 from profiling.timing import bench_us, copies_for, rotating
 
 
+def _time(fn, device, rep_ms):
+    """(µs, timer, error): one failing point (a shape a kernel rejects) becomes a row with its error."""
+    try:
+        t_us, timer = bench_us(fn, device, rep_ms=rep_ms)
+        return t_us, timer, ""
+    except Exception as e:  # noqa: BLE001 — recorded in the row, the sweep goes on
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return float("nan"), "failed", f"{type(e).__name__}: {e}"[:300]
+
+
 def _interpreter_if_cpu(device):
     # Triton kernel modules read TRITON_INTERPRET when imported.
     if device.type != "cuda" and not torch.cuda.is_available():
@@ -98,15 +109,21 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
                     q, k, v, kv_t = nxt()
                     return ours(q, k, v, kv_t, kv_len, causal, s)
 
-                t_us, timer = bench_us(call, device, rep_ms=rep_ms)
-                rows.append(dict(impl="ours", impl_source=source, num_splits=s, time_us=t_us, timer=timer,
+                t_us, timer, error = _time(call, device, rep_ms)
+                rows.append(dict(impl="ours", impl_source=source, num_splits=s, time_us=t_us, timer=timer, error=error,
                                  bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
                                                        num_q_heads=num_q_heads, num_splits=s), **common))
             if sdpa:
                 label, run = _sdpa(q_len, kv_len, causal)
+                try:
+                    run(*pool[0][:3])
+                except RuntimeError as e:
+                    # the lower-right causal mask has no kernel here: time the unmasked call (same reads)
+                    label, run = f"sdpa non-causal (causal failed: {type(e).__name__})", _sdpa(q_len, kv_len, False)[1]
                 nxt = rotating(pool)
-                t_us, timer = bench_us(lambda nxt=nxt, run=run: run(*nxt()[:3]), device, rep_ms=rep_ms)
+                t_us, timer, error = _time(lambda nxt=nxt, run=run: run(*nxt()[:3]), device, rep_ms)
                 rows.append(dict(impl="sdpa", impl_source=label, num_splits=float("nan"), time_us=t_us, timer=timer,
+                                 error=error,
                                  bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
                                                        num_q_heads=num_q_heads), **common))
             del pool
@@ -119,7 +136,7 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
 
 def attention_sweep(kv_lens=(1024, 8192, 32768), q_lens=(1, 16), num_splits_list=(1, 2, 4, 8, 16, 32), *,
                     causal=True, num_q_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16,
-                    device=None, sdpa=True, ceilings=None, rep_ms=100):
+                    device=None, sdpa=True, ceilings=None, rep_ms=50):
     """Our split-KV decode attention at each (kv_len, q_len, num_splits), plus one SDPA row per
     (kv_len, q_len). Queries are the last q_len positions (causal within the block). Defaults: Qwen3-4B heads.
 
@@ -132,7 +149,7 @@ def attention_sweep(kv_lens=(1024, 8192, 32768), q_lens=(1, 16), num_splits_list
 
 def drafter_attention_sweep(kv_lens=(1024, 8192, 32768), num_splits_list=(1, 2, 4, 8, 16, 32), *, block_size=16,
                             num_q_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, device=None,
-                            sdpa=True, ceilings=None, rep_ms=100):
+                            sdpa=True, ceilings=None, rep_ms=50):
     """The DFlash drafter's attention: block_size queries over kv_len context positions + the block,
     not causal. Rows as `attention_sweep`, kv_len = context + block; context_len says the context."""
     df = _attention_rows("drafter-attention", [n + block_size for n in kv_lens], [block_size], num_splits_list,
@@ -168,7 +185,7 @@ def _linear_impls():
 
 
 def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours", "cublas"), *,
-               dtype=torch.bfloat16, device=None, ceilings=None, rep_ms=100):
+               dtype=torch.bfloat16, device=None, ceilings=None, rep_ms=50):
     """y = x @ Wᵀ for each shape × m × weight type × implementation.
 
     `shapes`: {name: (n, k)} or [(name, n, k)]; default Qwen3-4B's qkv, o, gate_up, down. "ours" is
@@ -196,10 +213,10 @@ def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours",
                 for impl in impls:
                     nxt = rotating(lins)
                     fn = funcs[impl]
-                    t_us, timer = bench_us(lambda fn=fn, nxt=nxt, x=x: fn(x, nxt()), device, rep_ms=rep_ms)
+                    t_us, timer, error = _time(lambda fn=fn, nxt=nxt, x=x: fn(x, nxt()), device, rep_ms)
                     rows.append(dict(shape=name, n=n, k=k, m=m, weights=wt, impl=impl,
                                      impl_source=source if impl == "ours" or "local" in source else "linear_ref",
-                                     time_us=t_us, timer=timer, bytes=linear_bytes(n, k, m, wt),
+                                     time_us=t_us, timer=timer, error=error, bytes=linear_bytes(n, k, m, wt),
                                      flops=linear_flops(n, k, m)))
             del lins
     df = add_achieved(pd.DataFrame(rows), ceilings)

@@ -14,6 +14,7 @@ def _check_labels(df):
     assert INFO <= set(df.columns)
     if not torch.cuda.is_available():
         assert (df["gpu"] == "cpu").all() and df["timer"].str.contains("cpu").all()
+    assert (df["error"] == "").all(), df["error"].tolist()
     assert (df["time_us"] > 0).all() and (df["bytes"] > 0).all()
 
 
@@ -71,3 +72,12 @@ def test_local_reference_matches_engine_reference():
     for causal in (True, False):
         torch.testing.assert_close(sweeps._local_attention_ref(q, k, v, 8, causal),
                                    attention.attention_ref(q, k, v, 8, causal))
+
+
+def test_a_failing_point_becomes_a_row_with_its_error():
+    pytest.importorskip("tileinfer.ops.decode_attention")
+    # 40 query tokens × 4 heads per KV head = 160 rows: more than decode_attention takes
+    df = sweeps.attention_sweep(kv_lens=(64,), q_lens=(40,), num_splits_list=(1,), sdpa=False,
+                                num_q_heads=8, num_kv_heads=2, head_dim=16)
+    assert len(df) == 1 and df["time_us"].isna().all() and df["timer"].iloc[0] == "failed"
+    assert "ConfigError" in df["error"].iloc[0]
