@@ -1,7 +1,5 @@
 """Sums over a kernel DataFrame (from `trace_kernels`): per layer, per kernel class, GEMM vs attention."""
 
-import pandas as pd
-
 from profiling.trace import KERNEL_CLASSES
 
 

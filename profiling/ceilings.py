@@ -50,19 +50,23 @@ def load(device=None, cache_dir=None):
     return Ceilings(**json.loads(path.read_text()))
 
 
-def _measure(device, read_elems, matmul_n):
+def _bandwidths(device, read_elems):
     x = torch.ones(read_elems, dtype=torch.bfloat16, device=device)
     y = torch.empty_like(x)
     nbytes = x.numel() * x.element_size()
     read_us, timer = bench_us(lambda: x.sum(), device)
     copy_us, _ = bench_us(lambda: y.copy_(x), device)
-    del y
+    return nbytes / read_us / 1e3, 2 * nbytes / copy_us / 1e3, nbytes, timer
+
+
+def _measure(device, read_elems, matmul_n):
+    read, copy, nbytes, timer = _bandwidths(device, read_elems)
     a = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
     b = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
     mm_us, _ = bench_us(lambda: a @ b, device)
     method = (f"{timer}: sum of {nbytes / 2**20:.0f} MiB bf16 (read), copy of it (read + write), "
               f"bf16 {matmul_n}³ matmul")
-    return (nbytes / read_us / 1e3, 2 * nbytes / copy_us / 1e3, 2 * matmul_n**3 / mm_us / 1e6, method)
+    return read, copy, 2 * matmul_n**3 / mm_us / 1e6, method
 
 
 def measure(device=None, *, refresh=False, cache_dir=None):
