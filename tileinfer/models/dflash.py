@@ -31,7 +31,7 @@ class DFlashDrafter:
         self.config, self.layers, self.fc, self.hidden_norm, self.norm = config, layers, fc, hidden_norm, norm
         self.target, self.ops = target, ops
         c = config.layers
-        self.cos_sin = rope_cos_sin(c.head_dim, max(c.max_position_embeddings, target.config.max_position_embeddings),
+        self.cos_sin = rope_cos_sin(c.head_dim, max(c.max_position_embeddings, target.config.max_position_embeddings) + 128,
                                     c.rope_theta, norm.device)
         self.refresh_views()
 

@@ -53,7 +53,8 @@ class Qwen3ForCausalLM:
         self.config, self.layers, self.embed_tokens, self.norm, self.lm_head = config, layers, embed_tokens, norm, lm_head
         self.ops = ops
         self.device = norm.device
-        self.cos_sin = rope_cos_sin(config.head_dim, config.max_position_embeddings, config.rope_theta, self.device)
+        # Rows past the context: a step may write K/V for positions it then discards, up to two blocks beyond.
+        self.cos_sin = rope_cos_sin(config.head_dim, config.max_position_embeddings + 128, config.rope_theta, self.device)
 
     @property
     def dtype(self) -> torch.dtype:

@@ -1,0 +1,157 @@
+"""End-to-end engine figures: plain decode and DFlash steps beside their byte floors, in one run.
+
+The checkpoint is Qwen3-4B-shaped with random weights (written to disk, loaded through tileinfer.load):
+random drafts are never accepted, so DFlash steps are also timed with replayed acceptance (the
+comparison's tokens per step). Every row says which.
+
+    python bench/engine_bench.py --out bench/results [--preset qwen3-4b] [--points 1k,8k] [--weights bf16,int8]
+"""
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tileinfer  # noqa: E402
+from bench.ref.metric import command_line, environment  # noqa: E402
+from profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
+from tileinfer.random_weights import write_dflash_drafter, write_qwen3  # noqa: E402
+
+POINTS = {"1k": 1024, "8k": 8192, "32k": 32768, "tiny": 200}
+# Tokens per step of the comparison's TileInfer runs (edit / explain at 1k, edit at 8k).
+REPLAY = {"1k": (7.1, 2.9), "8k": (1.87,), "32k": (1.87,), "tiny": (3.0,)}
+
+
+def checkpoints(preset: str, root: Path):
+    target, drafter = root / f"{preset}-target", root / f"{preset}-drafter"
+    if not (target / "config.json").exists():
+        write_qwen3(target, preset, seed=0)
+    if not (drafter / "config.json").exists():
+        write_dflash_drafter(drafter, target, num_layers=5 if preset == "qwen3-4b" else 2, seed=1)
+    return target, drafter
+
+
+def timed(engine, ids, new_tokens, repeats, **kw):
+    """Median decode figures over `repeats` runs after one warm-up (which also captures the graphs)."""
+    engine.generate(ids, new_tokens, stop_ids=[], **kw)
+    runs = [engine.generate(ids, new_tokens, stop_ids=[], **kw).stats for _ in range(repeats)]
+    step_ms = statistics.median(s.decode_ms / s.steps for s in runs)
+    pick = min(runs, key=lambda s: abs(s.decode_ms / s.steps - step_ms))
+    return {"step_ms": step_ms, "decode_tok_s": statistics.median(s.decode_tok_s for s in runs),
+            "tokens_per_step": pick.mean_tokens_per_step, "steps": pick.steps,
+            "drafter_ms": (pick.drafter_ms or 0) / pick.steps, "verify_ms": (pick.verify_ms or 0) / pick.steps,
+            "prefill_ms": statistics.median(s.prefill_ms for s in runs)}
+
+
+def busy(engine, ids, block_size, accept_profile=None):
+    from profiling.step import profile_step
+    prof = profile_step(engine, ids, block_size=block_size, max_new_tokens=48, accept_profile=accept_profile)
+    graphs = prof.summary.set_index("variant")
+    row = graphs.loc["graphs"] if "graphs" in graphs.index else graphs.iloc[-1]
+    return float(row["busy_pct"]), prof
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--preset", default="qwen3-4b")
+    parser.add_argument("--points", default="1k,8k")
+    parser.add_argument("--weights", default="bf16,int8")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench"))
+    parser.add_argument("--features", action="store_true", help="also eager / one split / cuBLAS variants at the first point")
+    parser.add_argument("--profile", action="store_true", help="kernel profiles of a DFlash step at the last point")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment(measure_bandwidth=torch.cuda.is_available())
+    bw = env["gpu_bandwidth_gbs"] * 1e9 if env["gpu_bandwidth_gbs"] == env["gpu_bandwidth_gbs"] else float("nan")
+    base = {**env, "command": command_line(), "weights_kind": "random", "preset": args.preset}
+    t0 = time.perf_counter()
+    target, drafter = checkpoints(args.preset, Path(args.root))
+    print(f"checkpoints ready in {time.perf_counter() - t0:.0f} s", flush=True)
+    rows = []
+
+    def record(**row):
+        row = {**base, **row}
+        rows.append(row)
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k not in base}, flush=True)
+
+    g = torch.Generator().manual_seed(0)
+    points = args.points.split(",")
+    for weights in args.weights.split(","):
+        engine = tileinfer.load(target, draft=drafter, weights=weights)
+        cfg, dcfg = engine.config, engine.drafter.config
+        for point in points:
+            n = POINTS[point]
+            ids = torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist()
+            kv = n + args.new_tokens // 2
+            plain_floor = step_bytes(cfg, kv, 1, weights) / bw * 1e3
+            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
+            record(what="plain decode", weights=weights, point=point, accept="-", **r,
+                   floor_ms=plain_floor, of_floor=plain_floor / r["step_ms"])
+            plain_step = r["step_ms"]
+            dflash_floor = dflash_step_bytes(cfg, dcfg, kv, weights) / bw * 1e3
+            for tps in (None, *REPLAY[point]):
+                r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
+                record(what="dflash step", weights=weights, point=point,
+                       accept="random drafter" if tps is None else f"replay:{tps}", **r, floor_ms=dflash_floor,
+                       of_floor=dflash_floor / r["step_ms"], vs_plain_step=r["step_ms"] / plain_step)
+            if point == points[0]:
+                pct, _ = busy(engine, ids, 1)
+                record(what="busy plain decode (graphs)", weights=weights, point=point, busy_pct=pct)
+                pct, _ = busy(engine, ids, 16, accept_profile=REPLAY[point][0])
+                record(what="busy dflash step (graphs)", weights=weights, point=point, busy_pct=pct,
+                       accept=f"replay:{REPLAY[point][0]}")
+            if args.features and point == points[0] and weights == "bf16":
+                for label, kw in (("eager (no CUDA graphs)", {"eager": True}), ("one split", {"num_splits": 1})):
+                    r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **kw)
+                    record(what=f"plain decode, {label}", weights=weights, point=point, accept="-", **r)
+                    r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=REPLAY[point][0], **kw)
+                    record(what=f"dflash step, {label}", weights=weights, point=point,
+                           accept=f"replay:{REPLAY[point][0]}", **r)
+            if args.profile and point == points[-1]:
+                pct, prof = busy(engine, ids, 16, accept_profile=REPLAY[point][0])
+                prof.kernels.assign(weights=weights, point=point).to_csv(out / f"dflash_kernels_{weights}_{point}.csv", index=False)
+                summary = prof.summary.assign(weights=weights, point=point, **{k: base[k] for k in ("gpu", "git_rev", "command")})
+                summary.to_csv(out / f"dflash_profile_{weights}_{point}.csv", index=False)
+                prof.per_layer().assign(weights=weights, point=point).to_csv(out / f"dflash_layers_{weights}_{point}.csv")
+        del engine
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        if args.features and weights == "bf16":
+            cublas = tileinfer.load(target, draft=drafter, weights="bf16", linear="cublas")
+            n = POINTS[points[0]]
+            ids = torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist()
+            r = timed(cublas, ids, args.new_tokens, args.repeats, block_size=1)
+            record(what="plain decode, cuBLAS linears", weights="bf16", point=points[0], accept="-", **r)
+            r = timed(cublas, ids, args.new_tokens, args.repeats, accept_profile=REPLAY[points[0]][0])
+            record(what="dflash step, cuBLAS linears", weights="bf16", point=points[0],
+                   accept=f"replay:{REPLAY[points[0]][0]}", **r)
+            del cublas
+
+    keys = sorted({k for r in rows for k in r}, key=lambda k: (k in base, k))
+    path = out / f"engine_{'h200' if 'H200' in env['gpu'] else env['gpu'].replace(' ', '_').lower()}.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, "
+          f"read bandwidth {env['gpu_bandwidth_gbs']} GB/s; random weights ({args.preset}); rows in {path}")
+    print(f"{'what':34} {'w':5} {'pt':4} {'accept':15} {'step ms':>8} {'tok/s':>8} {'tok/step':>8} {'floor':>7} {'of floor':>8} {'busy%':>6}")
+    for r in rows:
+        print(f"{r['what'][:34]:34} {r['weights']:5} {r['point']:4} {str(r.get('accept', '')):15} "
+              f"{r.get('step_ms', float('nan')):8.3f} {r.get('decode_tok_s', float('nan')):8.1f} "
+              f"{r.get('tokens_per_step', float('nan')):8.2f} {r.get('floor_ms', float('nan')):7.3f} "
+              f"{r.get('of_floor', float('nan')):8.2f} {r.get('busy_pct', float('nan')):6.1f}")
+
+
+if __name__ == "__main__":
+    main()

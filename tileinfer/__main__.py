@@ -1,0 +1,5 @@
+import sys
+
+from tileinfer.cli import main
+
+sys.exit(main())

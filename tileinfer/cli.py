@@ -1,0 +1,56 @@
+"""tileinfer generate [MODEL] "prompt" --max-new-tokens N [--draft PATH] …"""
+
+import argparse
+import sys
+
+from tileinfer.errors import TileInferError
+
+
+def _generate(args) -> int:
+    import tileinfer
+    engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights, device=args.device,
+                            backend=args.backend)
+    prompt = [int(t) for t in args.prompt.split(",")] if args.ids else args.prompt
+    out = engine.generate(prompt, args.max_new_tokens, block_size=args.block_size, eager=args.eager)
+    s = out.stats
+    if out.text is not None:
+        print(out.text)
+    else:
+        print(",".join(map(str, out.tokens)))
+    where = f"{engine.device.type}, {engine.backend} backend, {engine.weights}"
+    spec = f", {s.mean_tokens_per_step:.2f} tokens per step over {s.steps} steps (block {s.block_size})" if s.block_size > 1 else ""
+    print(f"\n[{where}] prompt {s.prompt_tokens} tokens, prefill {s.prefill_ms:.1f} ms; "
+          f"{s.new_tokens} new tokens, decode {s.decode_tok_s:.1f} tok/s{spec}; stopped by {s.stop_reason}",
+          file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="tileinfer", description="Qwen3 + DFlash inference on Triton kernels")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="greedy generation from a prompt")
+    gen.add_argument("model", nargs="?", default=None, help="checkpoint directory or cached hub id (default: the embedded pair)")
+    gen.add_argument("prompt", help="prompt text (or comma-separated token ids with --ids)")
+    gen.add_argument("--draft", default=None, help="DFlash drafter checkpoint")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--block-size", type=int, default=None, help="DFlash block (1 = plain decoding)")
+    gen.add_argument("--weights", default="bf16", choices=["bf16", "fp16", "fp32", "int8"])
+    gen.add_argument("--device", default=None)
+    gen.add_argument("--backend", default=None, choices=["triton", "torch"])
+    gen.add_argument("--eager", action="store_true", help="no CUDA graphs")
+    gen.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
+    prof = sub.add_parser("profile", help="kernel sweeps and step profiles (python -m profiling)", add_help=False)
+    prof.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "profile":
+            from profiling.cli import main as profile_main
+            return profile_main(args.rest)
+        return _generate(args)
+    except TileInferError as e:
+        print(f"tileinfer: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

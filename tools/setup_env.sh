@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create or reuse the project's virtual environment and install what `make report` / `make test` need.
+# A torch already installed (e.g. a GPU image's) is used as it is; otherwise the CPU build is installed.
+# Offline machines: PIP_ARGS="--no-index --find-links .whl" installs from carried wheels.
+set -euo pipefail
+venv=${VENV:-.venv}
+extras=${1:-dev}
+python=${PYTHON:-python3}
+read -r -a pip_args <<< "${PIP_ARGS:-}"
+
+if [ ! -x "$venv/bin/python" ]; then
+  if "$python" -c "import torch" 2>/dev/null; then
+    "$python" -m venv --system-site-packages "$venv"   # keep the machine's own torch
+  else
+    "$python" -m venv "$venv"
+  fi
+fi
+py="$venv/bin/python"
+stamp="$venv/.tileinfer-$extras"
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
+  exit 0
+fi
+if ! "$py" -c "import torch" 2>/dev/null; then
+  # The CPU wheel declares no triton; 3.6 is what the GPU image pairs with torch 2.11, and its
+  # interpreter needs numpy < 2.3.
+  "$py" -m pip install "${pip_args[@]}" "torch==2.13.0" "triton==3.6.0" "numpy<2.3"
+fi
+"$py" -c "import triton" 2>/dev/null || "$py" -m pip install "${pip_args[@]}" "triton==3.6.0" "numpy<2.3"
+"$py" -m pip install "${pip_args[@]}" --no-build-isolation -e ".[$extras]"
+if [ "$extras" = dev ]; then
+  # The public DFlash reference: its pinned requirements are not needed to import its model.
+  "$py" -c "import dflash" 2>/dev/null || "$py" -m pip install "${pip_args[@]}" --no-deps "dflash==0.1.0"
+fi
+touch "$stamp"
