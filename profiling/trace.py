@@ -149,30 +149,27 @@ def kernels_from_events(events, cpu_ops=None):
             launches[corr] = ((e.get("pid"), e.get("tid")), float(e["ts"]))
 
     scopes = [()] * len(kernels)
-    by_thread, by_device = {}, {}
+    by_thread = {}
     for idx, k in enumerate(kernels):
-        args = k.get("args") or {}
+        corr = (k.get("args") or {}).get("correlation")
         if on_cpu:
             by_thread.setdefault((k.get("pid"), k.get("tid")), []).append((idx, float(k["ts"])))
-        elif args.get("correlation") in launches:
-            thread, t = launches[args["correlation"]]
+        elif corr in launches:
+            thread, t = launches[corr]
             by_thread.setdefault(thread, []).append((idx, t))
-        else:
-            by_device.setdefault(k.get("pid"), []).append((idx, float(k["ts"])))
-    for groups, intervals in ((by_thread, cpu_scopes), (by_device, gpu_scopes)):
-        for key, items in groups.items():
-            found = _enclosing([t for _, t in items], intervals.get(key, []))
-            for (idx, _), names in zip(items, found):
-                scopes[idx] = names
-    # A launch outside any CPU scope may still sit inside a GPU-side range (traces without CPU ranges).
+    for thread, items in by_thread.items():
+        for (idx, _), names in zip(items, _enclosing([t for _, t in items], cpu_scopes.get(thread, []))):
+            scopes[idx] = names
+    # No launch event, or launched outside every CPU scope: the GPU-side ranges containing its start.
     if not on_cpu and gpu_scopes:
-        missing = [i for i, s in enumerate(scopes) if not s]
-        if missing:
-            for pid in {kernels[i].get("pid") for i in missing}:
-                items = [i for i in missing if kernels[i].get("pid") == pid]
-                found = _enclosing([float(kernels[i]["ts"]) for i in items], gpu_scopes.get(pid, []))
-                for i, names in zip(items, found):
-                    scopes[i] = names
+        by_device = {}
+        for idx, k in enumerate(kernels):
+            if not scopes[idx]:
+                by_device.setdefault(k.get("pid"), []).append(idx)
+        for pid, items in by_device.items():
+            found = _enclosing([float(kernels[i]["ts"]) for i in items], gpu_scopes.get(pid, []))
+            for idx, names in zip(items, found):
+                scopes[idx] = names
 
     rows = []
     for k, names in zip(kernels, scopes):

@@ -74,12 +74,15 @@ def test_gpu_trace_attributed_through_gpu_annotations():
         _x("kernel", "_w8a16_gemm_kernel", 525, 20, DEV, 7, grid=[64, 1, 1], block=[128, 1, 1], stream=7),
         _x("kernel", "flash_fwd_splitkv_kernel", 560, 10, DEV, 7, grid=[1, 1, 32], block=[128, 1, 1], stream=7),
         _x("kernel", "_rms_norm_kernel", 700, 2, DEV, 7, stream=7),
+        # launched outside any CPU scope (no CPU ranges recorded), inside the GPU-side "decode" range
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 1, CPU, CPU, correlation=5),
+        _x("kernel", "_silu_mul_kernel", 590, 3, DEV, 7, correlation=5, stream=7),
     ]
     df = kernels_from_events(ev)
-    assert list(df["kernel_class"]) == ["gemm", "attention", "norm_rope"]
-    assert list(df["phase"].fillna("-")) == ["decode", "decode", "-"]
+    assert list(df["kernel_class"]) == ["gemm", "attention", "other", "norm_rope"]
+    assert list(df["phase"].fillna("-")) == ["decode", "decode", "decode", "-"]
     assert df["layer"].iloc[0] == 3 and df["part"].iloc[0] == "mlp" and math.isnan(df["layer"].iloc[1])
-    assert df["grid"].iloc[2] is None
+    assert df["grid"].iloc[3] is None
 
 
 def test_recorded_cpu_trace_attributes_ops_to_layers(tmp_path):
