@@ -17,7 +17,7 @@ def test_prompt_logits_match_transformers(tmp_path, backend, tied):
     ours = engine.prompt_logits(ids)
     with torch.no_grad():
         theirs = hf_qwen3(path)(torch.tensor([ids])).logits[0]
-    assert_close(ours, theirs, atol=1e-4, rtol=1e-4, what=f"logits ({backend})")
+    assert_close(ours.cpu(), theirs, atol=1e-4, rtol=1e-4, what=f"logits ({backend})")
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])

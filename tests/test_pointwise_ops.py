@@ -166,3 +166,32 @@ def test_silu_mul_ref_matches_hf():
     with torch.no_grad():
         gate_up = torch.cat((mlp.gate_proj(x), mlp.up_proj(x)), dim=-1)
         assert_close(mlp.down_proj(silu_mul_ref(gate_up)), mlp(x), 1e-6, 1e-6, "silu_mul_ref vs Qwen3MLP")
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
+@pytest.mark.parametrize("with_q", [True, False])
+def test_qk_norm_rope_writes_the_caches(with_q, dtype, atol, rtol):
+    T, hq, hk, D, P = 5, 4, 2, 32, 23
+    qkv = torch.randn(T, (hq + 2 * hk) * D, device=DEVICE).to(dtype)
+    q = qkv[:, : hq * D].view(T, hq, D) if with_q else None
+    k = qkv[:, hq * D:(hq + hk) * D].view(T, hk, D)
+    v = qkv[:, (hq + hk) * D:].view(T, hk, D)
+    weights = [torch.randn(D, device=DEVICE).to(dtype) for _ in range(2)]
+    cos_sin = rope_cos_sin(D, P, 1e6, DEVICE)
+    positions = torch.randperm(P, device=DEVICE)[:T]
+    caches = {}
+    for name, fn in (("ref", qk_norm_rope_ref), ("ours", qk_norm_rope)):
+        kc = torch.full((P, hk, D), 7.0, device=DEVICE).to(dtype)
+        vc = torch.full((P, hk, D), 7.0, device=DEVICE).to(dtype)
+        q_out, k_out = fn(q, k, weights[0] if with_q else None, weights[1], cos_sin, positions, 1e-6,
+                          v=v, k_cache=kc, v_cache=vc)
+        assert k_out is None and (q_out is not None) == with_q
+        caches[name] = (q_out, kc, vc)
+    (q_ref, k_ref, v_ref), (q_ours, k_ours, v_ours) = caches["ref"], caches["ours"]
+    assert_close(k_ours, k_ref, atol, rtol, "K cache")
+    assert torch.equal(v_ours, v_ref)
+    untouched = torch.ones(P, dtype=torch.bool, device=DEVICE)
+    untouched[positions] = False
+    assert bool((k_ours[untouched] == 7).all()) and bool((v_ours[untouched] == 7).all())
+    if with_q:
+        assert_close(q_ours, q_ref, atol, rtol, "Q")

@@ -9,6 +9,7 @@ import dataclasses
 
 import torch
 
+from tileinfer import tracing
 from tileinfer.config import DFlashConfig
 from tileinfer.kv_cache import KVCache
 from tileinfer.models.qwen3 import (Qwen3ForCausalLM, Qwen3Layer, attention_block, check_tensors,
@@ -50,9 +51,8 @@ class DFlashDrafter:
         ctx = ops.rms_norm(ops.linear(features, self.fc), self.hidden_norm, c.rms_norm_eps)[0]
         for i, layer in enumerate(self.layers):
             kv = ops.linear(ctx, self.kv_proj[i])
-            _, k = ops.qk_norm_rope(None, kv[:, : hk * d].view(t, hk, d), None, layer.k_norm, self.cos_sin, positions, c.rms_norm_eps)
-            cache.k[i].index_copy_(0, positions, k)
-            cache.v[i].index_copy_(0, positions, kv[:, hk * d:].view(t, hk, d))
+            ops.qk_norm_rope(None, kv[:, : hk * d].view(t, hk, d), None, layer.k_norm, self.cos_sin, positions,
+                             c.rms_norm_eps, v=kv[:, hk * d:].view(t, hk, d), k_cache=cache.k[i], v_cache=cache.v[i])
 
     def draft(self, block_ids, positions, cache: KVCache, ctx: AttentionContext):
         """Final-normed hidden states of the block; ctx.kv_len counts the cached context plus the block."""
@@ -60,10 +60,12 @@ class DFlashDrafter:
         h = ops.embedding(block_ids, self.target.embed_tokens)
         residual = None
         for i, layer in enumerate(self.layers):
-            x, residual = ops.rms_norm(h, layer.input_layernorm, c.rms_norm_eps, residual)
-            h = attention_block(ops, c, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
-            x, residual = ops.rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps, residual)
-            h = mlp_block(ops, layer, x)
+            with tracing.annotate(f"drafter.layer.{i}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
+                x, residual = ops.rms_norm(h, layer.input_layernorm, c.rms_norm_eps, residual)
+                h = attention_block(ops, c, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
+            with tracing.annotate(f"drafter.layer.{i}.mlp", level="layer", m=x.shape[0]):
+                x, residual = ops.rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps, residual)
+                h = mlp_block(ops, layer, x)
         return ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)[0]
 
     def named_linears(self):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tileinfer import tracing
 from tileinfer.config import Qwen3Config
 from tileinfer.errors import CheckpointError
 from tileinfer.kv_cache import KVCache
@@ -36,9 +37,8 @@ def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positio
     q = qkv[:, : hq * d].view(t, hq, d)
     k = qkv[:, hq * d: (hq + hk) * d].view(t, hk, d)
     v = qkv[:, (hq + hk) * d:].view(t, hk, d)
-    q, k = ops.qk_norm_rope(q, k, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps)
-    k_cache.index_copy_(0, positions, k)
-    v_cache.index_copy_(0, positions, v)
+    q, _ = ops.qk_norm_rope(q, k, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
+                            v=v, k_cache=k_cache, v_cache=v_cache)
     out = ops.attention(q, k_cache, v_cache, ctx)
     return ops.linear(out.view(t, hq * d), layer.o_proj)
 
@@ -67,10 +67,12 @@ class Qwen3ForCausalLM:
         h = ops.embedding(input_ids, self.embed_tokens)
         residual = None
         for i, layer in enumerate(self.layers):
-            x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
-            h = attention_block(ops, self.config, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
-            x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
-            h = mlp_block(ops, layer, x)
+            with tracing.annotate(f"layer.{i}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
+                x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
+                h = attention_block(ops, self.config, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
+            with tracing.annotate(f"layer.{i}.mlp", level="layer", m=x.shape[0]):
+                x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
+                h = mlp_block(ops, layer, x)
             if i in tap_ids:
                 j = tap_ids.index(i)
                 torch.add(h, residual, out=taps[:, j * hidden:(j + 1) * hidden])
