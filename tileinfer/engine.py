@@ -11,7 +11,7 @@ from collections import deque
 
 import torch
 
-from tileinfer import tracing
+from tileinfer import memory, tracing
 from tileinfer.errors import ConfigError, RequestError
 from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
@@ -26,7 +26,8 @@ DEFAULT_PREFILL_CHUNK = 4096
 
 class Engine:
     def __init__(self, target: Qwen3ForCausalLM, drafter: DFlashDrafter | None, tokenizer, eos_token_ids,
-                 weights: str, path=None, draft_path=None, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+                 weights: str, path=None, draft_path=None, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+                 memory_budget: int | None = None):
         self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
         self.config = target.config
         self.eos_token_ids = list(eos_token_ids)
@@ -35,6 +36,8 @@ class Engine:
         self.ops = target.ops
         self.backend = self.ops.backend
         self.prefill_chunk = prefill_chunk
+        # Bytes the engine may hold in all (weights included); None: free device memory on CUDA, no check on CPU.
+        self.memory_budget = memory_budget
         c = self.config
         self.cache = KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, target.dtype, self.device)
         self.block_max = drafter.config.block_size if drafter else 1
@@ -161,6 +164,10 @@ class Engine:
         stop = set(self.eos_token_ids if stop_ids is None else stop_ids)
         return ids, block_size, stop
 
+    def memory_plan(self, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None) -> memory.MemoryPlan:
+        """Weights, KV caches and peak activations in bytes for a request; with a budget, the longest prompt that fits."""
+        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes)
+
     def _sync(self):
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
@@ -208,6 +215,7 @@ class Engine:
                  eager: bool = False, accept_profile=None, num_splits: int | None = None) -> Generation:
         ids, block, stop = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits)
         n_prompt = len(ids)
+        memory.check_budget(self, n_prompt, max_new_tokens)  # before anything is allocated
         max_length = n_prompt + max_new_tokens
         self._ensure_caches(max_length + 2 * self.block_max)
         if num_splits is None:

@@ -25,13 +25,15 @@ def default_draft() -> str:
 
 
 def load(model=None, draft=None, weights: str = "bf16", device=None, backend: str | None = None,
-         linear: str = "ours", prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> Engine:
+         linear: str = "ours", prefill_chunk: int = DEFAULT_PREFILL_CHUNK, memory_budget: int | None = None) -> Engine:
     """Load a Qwen3 checkpoint (and optionally a DFlash drafter) into an Engine.
 
     model/draft: a checkpoint directory or a hub id in the local Hugging Face cache; model None is the
     embedded default pair (its drafter too unless draft is given). weights: "bf16", "fp16", "fp32" or
     "int8" (weight-only, per output channel). backend: "triton" or "torch" (default: triton on CUDA,
-    torch on CPU). linear: "ours" (Triton GEMMs for small M) or "cublas".
+    torch on CPU). linear: "ours" (Triton GEMMs for small M) or "cublas". memory_budget: bytes the engine
+    may hold in all; a request whose memory plan exceeds it is refused before any allocation (default:
+    free device memory on CUDA, no check on CPU).
     """
     if model is None:
         model, draft = default_model(), draft if draft is not None else default_draft()
@@ -39,6 +41,8 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
         raise ConfigError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise ConfigError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
+    if memory_budget is not None and not (isinstance(memory_budget, (int, float)) and memory_budget > 0):
+        raise ConfigError(f"memory_budget must be a positive number of bytes or None, got {memory_budget!r}")
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' was asked for but no CUDA GPU is visible")
@@ -78,4 +82,5 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
             drafter.refresh_views()
     tokenizer = load_tokenizer(path)
     return Engine(target, drafter, tokenizer, eos_ids(path, config.eos_token_id, tokenizer), weights,
-                  path=path, draft_path=draft_path, prefill_chunk=prefill_chunk)
+                  path=path, draft_path=draft_path, prefill_chunk=prefill_chunk,
+                  memory_budget=memory_budget)
