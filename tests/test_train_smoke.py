@@ -109,6 +109,6 @@ def test_shipped_pair():
     target = Qwen3ForCausalLM.from_pretrained(ASSETS / "target", dtype=torch.float32)
     drafter = DFlashDraftModel.from_pretrained(ASSETS / "drafter", dtype=torch.float32)
     module = data.generate_module(7)
-    ids = tok.encode(data.EDIT.format(code=module.source(3), old=module.type_name, new="Beacon")).ids
-    (row,) = dr.measure_acceptance(drafter, target, [{"task": "edit", "seed": 7, "ids": ids}], 0, max_new_tokens=32)
+    ids = tok.encode(data.EDIT.format(code=module.source(2), old=module.type_name, new="Beacon")).ids
+    (row,) = dr.measure_acceptance(drafter, target, [{"task": "edit", "seed": 7, "ids": ids}], 0, max_new_tokens=16)
     assert row["same_as_greedy"]

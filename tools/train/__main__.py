@@ -24,8 +24,13 @@ def cmd_data(args):
         n += len(text)
         if n > args.tokenizer_mb * 1e6:
             break
-    julia = [generate_module(data.TRAIN_SEED0 + i).source(12) for i in range(args.tokenizer_julia)]
-    tok = tokenizer.train_tokenizer(texts + julia, args.vocab_size)
+    if args.tokenizer:  # keep an earlier tokenizer, so a target trained on it can continue
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
+        julia = []
+    else:
+        julia = [generate_module(data.TRAIN_SEED0 + i).source(12) for i in range(args.tokenizer_julia)]
+        tok = tokenizer.train_tokenizer(texts + julia, args.vocab_size)
     tokenizer.save_tokenizer(tok, out / "tokenizer", args.max_positions)
     print(f"tokenizer: {tok.get_vocab_size()} ids from {len(texts)} files + {len(julia)} modules, "
           f"{time.perf_counter() - t0:.0f} s")
@@ -140,6 +145,7 @@ def main(argv=None):
     d = sub.add_parser("data", help="tokenizer + packed training tokens + eval prompts (CPU)")
     d.add_argument("--out", default=".train_data")
     d.add_argument("--files", type=int, default=8000, help="Python files to draw from")
+    d.add_argument("--tokenizer", default=None, help="reuse the tokenizer.json in this directory")
     d.add_argument("--tokenizer-mb", type=float, default=25.0)
     d.add_argument("--tokenizer-julia", type=int, default=300)
     d.add_argument("--vocab-size", type=int, default=4096)

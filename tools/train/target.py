@@ -67,7 +67,7 @@ def train_target(model, data, seconds, batch_size=32, lr=2e-3, warmup=100, max_s
         for group in opt.param_groups:
             group["lr"] = cosine_lr(lr, step, warmup, frac)
         x, lengths = data.batch(batch_size, gen, device)
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             loss = lm_loss(model, x, lengths)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -89,7 +89,7 @@ def evaluate_target(model, data, device, batch_size=8):
     model.eval()
     losses, hits, total = [], 0, 0
     for x, lengths, spans in data.held_out(batch_size, device):
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             losses.append(lm_loss(model, x, lengths).item())
             pred = model(input_ids=x).logits.argmax(-1)
         for r, s, e in spans:
