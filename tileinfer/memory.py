@@ -13,12 +13,13 @@ only. The step graphs' pool (blocks of block_size tokens) stays held while a lat
 so the two add up. With the Triton backend the prefill attention is a flash kernel (no scores); the
 PyTorch reference backend materialises [Hq, T, L] scores, and the model counts them.
 
-Choosing the prefill chunk: activations grow ∝ T (≈ 98 KB per chunk token for Qwen3-4B in BF16 with
+Choosing the prefill chunk: activations grow ∝ T (≈ 110 KB per chunk token for Qwen3-4B in BF16 with
 a DFlash drafter) against 168 KB per position of KV cache, while a chunk of a few thousand tokens
 keeps the GEMMs and the attention kernel at full rate. DEFAULT_PREFILL_CHUNK (engine.py) is the
 smallest chunk whose prefill time is within ~1–2 % of a one-shot prefill at 8k and 32k on the H200
-(`bench/long_prompt_bench.py` measures 2048 / 4096 / 8192); at 4096 the activations are ~0.4 GB,
-≈ 8 % of the 4.8 GB target KV cache of a 32k prompt.
+(`bench/long_prompt_bench.py` measures 2048 / 4096 / 8192); at 4096 the plan gives 0.45 GB of prefill
+activations + 0.03 GB for the step graphs, ≈ 9.6 % of the 5.0 GB target KV cache of a 32k prompt
+(one-shot: 3.3 GB), and a longest prompt of 36.7k tokens under 16 GB with DFlash in BF16 (one-shot: 24.4k).
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ class MemoryModel:
             return 0
         from tileinfer.ops.gemm_configs import get_config
         cfg = get_config(n, k, m, "int8" if self.int8 else "bf16",
-                         torch.device("cuda") if self.cuda else None)
+                         torch.device("cuda") if self.cuda and torch.cuda.is_available() else None)
         block_k = min(cfg.block_k, max(16, 1 << (max(k, 1) - 1).bit_length()))
         k_per_split = -(-(-(-k // cfg.split_k)) // block_k) * block_k
         split_k = -(-k // k_per_split)
