@@ -421,7 +421,8 @@ def report_summary(pair=None, generation=None, sweep=None, prof=None, runs=None)
             rows.append((f"{mode} tokens per step", round(float(r["mean_tokens_per_step"]), 2)))
     if sweep is not None and len(sweep):
         best = best_splits(sweep).iloc[-1]
-        rows.append((f"best num_splits at kv_len {best['kv_len']}, q_len {best['q_len']}", int(best["best_num_splits"])))
+        rows.append((f"best num_splits at kv_len {int(best['kv_len'])}, q_len {int(best['q_len'])}",
+                     int(best["best_num_splits"])))
     if prof is not None:
         s = prof.summary.iloc[-1]
         rows += [(f"step kernel ms ({s['variant']})", round(float(s["kernel_ms_per_step"]), 3)),

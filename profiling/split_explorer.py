@@ -63,7 +63,7 @@ class SplitExplorer:
         self._inputs_key, self._inputs = None, None
 
         style = dict(continuous_update=False, style={"description_width": "90px"},
-                     layout=w.Layout(width="460px"))
+                     layout=w.Layout(width="320px"))
         self.split_slider = w.IntSlider(value=num_splits, min=1, max=max_splits or shape["max_splits"],
                                         description="num_splits", **style)
         self.kv_slider = w.IntSlider(value=kv_len, min=64, max=max_kv_len, step=64, description="kv_len", **style)
@@ -76,14 +76,14 @@ class SplitExplorer:
                              name="current"),
                   go.Scatter(x=[], y=[], mode="lines", line=dict(dash="dash"), name="SDPA")],
             layout=dict(title=f"Live: split-KV decode attention — {where}", xaxis=dict(title="num_splits", type="log"),
-                        yaxis=dict(title="time (µs, median)", rangemode="tozero"), width=560, height=420,
+                        yaxis=dict(title="time (µs, median)", rangemode="tozero"), width=470, height=400,
                         legend=dict(orientation="h", y=-0.2), margin=dict(t=50, l=60, r=20, b=40)))
         children = [self.figure]
         self.sweep_figure = None
         if sweep is not None and len(sweep):
             from profiling.plots import split_curves_figure
             fig = split_curves_figure(sweep, title="Split curves")
-            fig.update_layout(width=560, height=420, margin=dict(t=50, l=60, r=20, b=40))
+            fig.update_layout(width=470, height=400, margin=dict(t=50, l=60, r=20, b=40), legend=dict(font_size=9))
             self.sweep_figure = go.FigureWidget(fig)
             children.append(self.sweep_figure)
         for slider in (self.split_slider, self.kv_slider, self.q_slider):
