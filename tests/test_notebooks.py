@@ -1,0 +1,145 @@
+"""The notebooks: stored clean and thin, executed top to bottom by papermill with tiny CPU parameters,
+the split explorer driven headless, and `tileinfer.report`'s HTML carrying rendered plotly figures."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("papermill")
+pytest.importorskip("ipykernel")
+pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+NAMES = [p.stem for p in NOTEBOOKS]
+MAX_CELL_LINES = 15
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    """A tiny random target + 2-layer drafter whose context holds the 1k prompts."""
+    from profiling.notebook_support import write_stand_in
+    return write_stand_in(tmp_path_factory.mktemp("pair"))
+
+
+def _execute(name, tmp_path, **params):
+    import papermill
+
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    os.environ["PYTHONPATH"] = path  # the kernel imports this checkout's packages
+    out = tmp_path / f"{name}.ipynb"
+    papermill.execute_notebook(str(REPO / "notebooks" / f"{name}.ipynb"), str(out), parameters=params,
+                               kernel_name="python3", cwd=str(REPO / "notebooks"), progress_bar=False,
+                               execution_timeout=600)
+    return nbformat.read(str(out), as_version=4)
+
+
+def _outputs(book, mime):
+    return [o["data"][mime] for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if mime in o.get("data", {})]
+
+
+def test_all_notebooks_are_present():
+    assert set(NAMES) == {"quickstart", "attention_splits", "gemms", "step_profile", "acceptance", "report"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_notebook_is_stored_clean_and_thin(path):
+    book = nbformat.read(str(path), as_version=4)
+    nbformat.validate(book)
+    assert book.metadata["kernelspec"]["name"] == "python3"
+    code = [c for c in book.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "store notebooks without outputs"
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "one cell tagged `parameters` for papermill"
+    long = [c.source.splitlines()[0] for c in code if len(c.source.splitlines()) > MAX_CELL_LINES]
+    assert not long, f"cells longer than {MAX_CELL_LINES} lines belong in the package: {long}"
+    assert "plotly_mimetype+notebook" in code[0].source  # nbconvert keeps the figures
+    assert any(c.cell_type == "markdown" for c in book.cells)
+
+
+# Tiny parameters: every notebook runs top to bottom on a CPU in well under a minute.
+CPU_PARAMS = {
+    "quickstart": dict(max_new_tokens=4),
+    "attention_splits": dict(kv_len=128),
+    "gemms": dict(ms=[1]),
+    "step_profile": dict(new_tokens=3),
+    "acceptance": dict(points=["1k", "8k"], tasks=["edit"], new_tokens=3),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CPU_PARAMS))
+def test_notebook_executes_on_cpu(name, tiny_pair, tmp_path):
+    params = dict(CPU_PARAMS[name])
+    if name in ("quickstart", "step_profile", "acceptance"):
+        params |= dict(model=tiny_pair[0], draft=tiny_pair[1])
+    book = _execute(name, tmp_path, **params)
+    errors = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    assert _outputs(book, "application/vnd.plotly.v1+json")
+    text = "\n".join(map(str, _outputs(book, "text/markdown")))
+    if not __import__("torch").cuda.is_available():
+        assert "CPU timing" in text  # says at the top that timings are CPU timings
+    if name == "acceptance":
+        assert "['1k']" in text  # 8k does not fit the tiny model's context and is left out
+    if name == "attention_splits":
+        assert _outputs(book, "application/vnd.jupyter.widget-view+json")
+
+
+def test_split_explorer_slider_retimes_and_redraws():
+    from profiling.split_explorer import SplitExplorer
+
+    explorer = SplitExplorer(kv_len=64, num_splits=1, max_kv_len=128)
+    before = explorer.figure.data[0].y
+    assert len(before) == 1 and before[0] > 0 and explorer.figure.data[2].y[0] > 0  # live point and SDPA
+    explorer.split_slider.value = 2  # what dragging the slider does
+    assert explorer.figure.data[0].x == (1, 2) and len(explorer.figure.data[0].y) == 2
+    assert explorer.figure.data[1].x == (2,) and explorer.figure.data[1].y[0] == explorer.measured[(64, 1)][2]
+    explorer.kv_slider.value = 128  # a new cache length starts a new curve
+    assert explorer.figure.data[0].x == (2,) and (128, 1) in explorer.sdpa_us
+    assert "2 splits" in explorer.figure.layout.title.text
+    explorer.q_slider.value = 2
+    assert set(explorer.measured) == {(64, 1), (128, 1), (128, 2)}
+
+
+def test_split_explorer_shows_the_recorded_curves():
+    from profiling import notebook_support as nbs
+    from profiling.split_explorer import SplitExplorer
+
+    recorded = nbs.recorded_attention()
+    explorer = SplitExplorer(kv_len=64, max_kv_len=128, sweep=recorded, measure_now=False)
+    names = [t.name for t in explorer.sweep_figure.data]
+    assert any(n.startswith("ours kv 8192") for n in names) and any(n.startswith("SDPA") for n in names)
+    assert explorer.widget.children[-1].children[1] is explorer.sweep_figure
+
+
+def test_recorded_results_in_sweep_form():
+    from profiling import notebook_support as nbs
+
+    attention = nbs.recorded_attention()
+    assert {"ours", "sdpa"} == set(attention["impl"]) and (attention["gpu"] == "NVIDIA H200").all()
+    best = nbs.best_splits(attention)
+    assert (best["vs_sdpa"] > 0).all() and set(best["kv_len"]) >= {1024, 8192, 32768}
+    gemms = nbs.recorded_gemms()
+    assert not gemms.duplicated(["shape", "m", "weights", "impl"]).any()
+    assert {"ours", "cublas"} <= set(gemms["impl"]) and (gemms["floor_us"] > 0).all()
+    assert len(nbs.reference_tokens_per_step()) >= 16
+
+
+@pytest.mark.slow
+def test_report_writes_notebook_and_html_with_plotly_figures(tiny_pair, tmp_path, capsys):
+    from tileinfer import report
+
+    report.main(["--out", str(tmp_path), "--model", tiny_pair[0], "--draft", tiny_pair[1], "--new-tokens", "3"])
+    printed = capsys.readouterr().out
+    assert str(tmp_path / "report.html") in printed and "tokens per step, 1k edit" in printed
+    book = nbformat.read(str(tmp_path / "report.ipynb"), as_version=4)
+    assert len(_outputs(book, "application/vnd.plotly.v1+json")) >= 8
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("Plotly.newPlot") >= 8  # figures rendered, not dropped
+    assert "plotly.js v" in html  # plotly.js inside: the page needs no network
+    assert "random weights" in html and "torch" in html and "git revision" in html
