@@ -137,7 +137,7 @@ def run_all(page, timeout_ms=300_000):
         page.keyboard.press("Shift+Enter" if i < count - 1 else "Control+Enter")
         time.sleep(0.2)
     page.wait_for_function(
-        """n => {
+        r"""n => {
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent);
             return prompts.length > 0 && prompts.every(p => /\[\d+\]/.test(p));
         }""", arg=count, timeout=timeout_ms, polling=500)
