@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tileinfer  # noqa: E402
 from bench.ref.metric import command_line, environment  # noqa: E402
 from profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
-from tileinfer.random_weights import write_dflash_drafter, write_qwen3  # noqa: E402
 
 POINTS = {"1k": 1024, "8k": 8192, "32k": 32768, "tiny": 200}
 # Tokens per step of the comparison's TileInfer runs (edit / explain at 1k, edit at 8k).
@@ -30,12 +29,10 @@ REPLAY = {"1k": (7.1, 2.9), "8k": (1.87,), "32k": (1.87,), "tiny": (3.0,)}
 
 
 def checkpoints(preset: str, root: Path):
-    target, drafter = root / f"{preset}-target", root / f"{preset}-drafter"
-    if not (target / "config.json").exists():
-        write_qwen3(target, preset, seed=0)
-    if not (drafter / "config.json").exists():
-        write_dflash_drafter(drafter, target, num_layers=5 if preset == "qwen3-4b" else 2, seed=1)
-    return target, drafter
+    """The random-weight pair, shared with bench/ref/tileinfer_spec.py (written once under root/preset)."""
+    from bench.ref.tileinfer_spec import prepare_random
+    target, drafter = prepare_random(preset, root / preset)
+    return Path(target), Path(drafter)
 
 
 def timed(engine, ids, new_tokens, repeats, **kw):

@@ -73,9 +73,9 @@ class Qwen3ForCausalLM:
             with tracing.annotate(f"layer.{i}.mlp", level="layer", m=x.shape[0]):
                 x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
                 h = mlp_block(ops, layer, x)
-            if i in tap_ids:
-                j = tap_ids.index(i)
-                torch.add(h, residual, out=taps[:, j * hidden:(j + 1) * hidden])
+            for j, tapped in enumerate(tap_ids):  # a layer may be tapped more than once
+                if tapped == i:
+                    torch.add(h, residual, out=taps[:, j * hidden:(j + 1) * hidden])
         return h, residual
 
     def final_norm(self, h, residual):
