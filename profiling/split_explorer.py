@@ -142,7 +142,7 @@ class SplitExplorer:
         lo, hi = min(xs + [1]), max(xs + [self.split_slider.max])
         with self.figure.batch_update():
             self.figure.data[0].update(x=xs, y=list(curve.values()), name=f"decode_attention kv {kv_len}, q {q_len}")
-            self.figure.data[1].update(x=[splits], y=[t_us])
+            self.figure.data[1].update(x=[splits], y=[t_us], name=f"current: {splits} splits")
             self.figure.data[2].update(x=[lo, hi], y=[sdpa, sdpa], name=f"SDPA kv {kv_len}, q {q_len}")
             self.figure.layout.title.text = (f"Live ({run_info(self.device)['gpu']}): {splits} splits → "
                                              f"{t_us:,.1f} µs, SDPA {sdpa:,.1f} µs")
