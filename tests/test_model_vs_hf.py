@@ -22,7 +22,8 @@ def test_prompt_logits_match_transformers(tmp_path, backend, tied):
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_greedy_tokens_match_transformers(tmp_path, backend):
-    path = tiny_target(tmp_path, seed=3)
+    # two layers under the interpreter, which runs every kernel program by program
+    path = tiny_target(tmp_path, seed=3, **({"num_hidden_layers": 2} if backend == "triton" else {}))
     engine = tileinfer.load(path, weights="fp32", backend=backend)
     ids = torch.randint(0, engine.config.vocab_size, (9,)).tolist()
     new = 40 if backend == "torch" else 33
