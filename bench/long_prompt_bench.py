@@ -17,9 +17,11 @@ The rows of the H200 run set DEFAULT_PREFILL_CHUNK: the smallest chunk within ~2
 import argparse
 import csv
 import gc
+import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,25 +83,40 @@ def prefill_rows(engine, lengths, chunks, new_tokens, repeats, device):
     return rows
 
 
-def try_run(engine, n, new_tokens, accept, chunk):
-    """One DFlash request of n prompt tokens under the cap: (ok, peak reserved bytes, error)."""
-    reset_caches(engine)
-    engine.prefill_chunk = chunk
-    engine.memory_budget = math.inf  # the real limit, not the plan's
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+def cap_trial(args) -> dict:
+    """--cap-trial N: in a fresh process, capped before anything is allocated, one DFlash request of N
+    prompt tokens. Trials share no process: in one process the earlier requests' freed blocks
+    fragment the allocator and a run fails that fits on its own."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(args.cap_gb * GB / total)
+    target, drafter = checkpoints(args.preset, Path(args.root))
+    engine = tileinfer.load(target, draft=drafter, weights=args.weights, prefill_chunk=args.chunk,
+                            memory_budget=math.inf)  # the real limit, not the plan's
+    n = args.cap_trial
     try:
-        engine.generate(prompt(n, engine.config.vocab_size, seed=n), new_tokens, stop_ids=[], accept_profile=accept)
+        engine.generate(prompt(n, engine.config.vocab_size, seed=n), args.new_tokens, stop_ids=[], accept_profile=args.accept)
         ok, error = True, ""
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:  # an OOM inside a graph capture may surface as RuntimeError
         ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
-    reserved = torch.cuda.max_memory_reserved() if torch.cuda.is_available() else float("nan")
-    reset_caches(engine)
-    return ok, reserved, error
+    return {"ok": ok, "peak_reserved_bytes": torch.cuda.max_memory_reserved(), "note": error}
 
 
-def cap_rows(engine, cap_bytes, new_tokens, accept, chunk, max_runs=4):
+def try_run(args, n, chunk):
+    """(ok, peak reserved bytes, error) of a capped run in a fresh process."""
+    cmd = [sys.executable, __file__, "--cap-trial", str(n), "--chunk", str(chunk), "--cap-gb", str(args.cap_gb),
+           "--preset", args.preset, "--weights", args.weights, "--root", args.root,
+           "--new-tokens", str(args.new_tokens), "--accept", str(args.accept)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return False, float("nan"), f"trial process failed: {done.stderr.strip().splitlines()[-1:]}"
+    r = json.loads(lines[-1])
+    return r["ok"], r["peak_reserved_bytes"], r["note"]
+
+
+def cap_rows(engine, args, max_runs=4):
     """The plan's longest prompt under the cap, then real runs around it (binary search, ≤ max_runs)."""
+    cap_bytes, new_tokens, chunk = int(args.cap_gb * GB), args.new_tokens, args.chunk
     limit = engine.config.max_position_embeddings - new_tokens
     engine.prefill_chunk = chunk
     planned = engine.memory_plan(1, new_tokens, budget_bytes=cap_bytes).longest_prompt()
@@ -110,14 +127,12 @@ def cap_rows(engine, cap_bytes, new_tokens, accept, chunk, max_runs=4):
         for r in rows:
             r["note"] = "plan only (no CUDA)"
         return rows
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(cap_bytes / total)
     ok_at, fail_at = 0, limit + 1
     n = planned
     for _ in range(max_runs - 1):
         if n <= ok_at or n >= fail_at:
             break
-        ok, reserved, error = try_run(engine, n, new_tokens, accept, chunk)
+        ok, reserved, error = try_run(args, n, chunk)
         rows.append(dict(what="cap: real run", chunk=chunk, prompt_tokens=n, ok=ok, peak_reserved_bytes=reserved,
                          cap_bytes=cap_bytes, note=error))
         if ok:
@@ -126,12 +141,11 @@ def cap_rows(engine, cap_bytes, new_tokens, accept, chunk, max_runs=4):
         else:
             fail_at = n
             n = (ok_at + n) // 2 if ok_at else n - 2048
-    ok, reserved, error = try_run(engine, planned_one_shot, new_tokens, accept, planned_one_shot)
+    ok, reserved, error = try_run(args, planned_one_shot, planned_one_shot)
     rows.append(dict(what="cap: real run", chunk="one-shot", prompt_tokens=planned_one_shot, ok=ok,
                      peak_reserved_bytes=reserved, cap_bytes=cap_bytes, note=error))
     rows.append(dict(what="cap: measured longest", chunk=chunk, prompt_tokens=ok_at, cap_bytes=cap_bytes,
                      note=f"first failure at {fail_at}" if fail_at <= limit else "no failure up to the context"))
-    torch.cuda.set_per_process_memory_fraction(1.0)
     return rows
 
 
@@ -178,7 +192,11 @@ def main(argv=None):
     parser.add_argument("--accept", type=float, default=1.87, help="replayed tokens per step (edit at 8k)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench"))
+    parser.add_argument("--cap-trial", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.cap_trial is not None:
+        print(json.dumps(cap_trial(args)))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -195,7 +213,7 @@ def main(argv=None):
     print(f"prefill rows done at {time.perf_counter() - t0:.0f} s", flush=True)
     rows.append(decode_row(engine, max(lengths), args.new_tokens, args.accept, args.chunk, device))
     print(f"decode row done at {time.perf_counter() - t0:.0f} s", flush=True)
-    rows += cap_rows(engine, int(args.cap_gb * GB), args.new_tokens, args.accept, args.chunk)
+    rows += cap_rows(engine, args)
     print(f"cap rows done at {time.perf_counter() - t0:.0f} s", flush=True)
 
     rows = [{**base, **r} for r in rows]
