@@ -73,8 +73,8 @@ class Pair:
 
 
 def _looks_random(path):
-    # tileinfer.random_weights writes no tokenizer; every trained checkpoint ships one.
-    return path is not None and Path(path).is_dir() and not (Path(path) / "tokenizer.json").is_file()
+    # tileinfer.random_weights writes no tokenizer; trained checkpoints ship one.
+    return Path(path).is_dir() and not (Path(path) / "tokenizer.json").is_file()
 
 
 def write_stand_in(directory=None, num_layers=2):
@@ -98,16 +98,13 @@ def resolve_pair(model=None, draft=None, stand_in_dir=None):
     if model is None:
         if (Path(default_model()) / "config.json").is_file():
             model, draft = default_model(), draft or default_draft()
-            note = "the embedded default pair"
-        else:
-            model, stand_in_draft = write_stand_in(stand_in_dir)
-            draft = draft or stand_in_draft
-            note = ("the embedded default pair is not installed here, so a tiny random pair stands in "
+            return Pair(model, draft, False, "the embedded default pair (trained, `tileinfer/assets/default`)")
+        model, stand_in_draft = write_stand_in(stand_in_dir)
+        return Pair(model, draft or stand_in_draft, True,
+                    "the embedded default pair is not installed here, so a tiny random pair stands in "
                     f"({model}): costs are real, tokens and acceptance are not")
-    else:
-        note = f"{model}" + (f" with the drafter {draft}" if draft else " without a drafter")
-    random_weights = _looks_random(model)
-    return Pair(str(model), None if draft is None else str(draft), random_weights, note)
+    note = f"{model}" + (f" with the drafter {draft}" if draft else " without a drafter")
+    return Pair(str(model), None if draft is None else str(draft), _looks_random(model), note)
 
 
 def load_engine(model=None, draft=None, weights="bf16", **load_kwargs):

@@ -17,16 +17,13 @@ NOTEBOOK = REPO / "notebooks" / "report.ipynb"
 
 
 def parameters(model=None, draft=None, weights="bf16", live=True, new_tokens=None, points=None, gpu=None):
-    """The notebook's parameters: what was given, and small CPU sizes when there is no GPU."""
+    """The notebook's parameters: what was given, and small CPU sizes when there is no GPU. model None is
+    the embedded default pair (the notebook puts a tiny random pair in its place while it is missing)."""
     import torch
 
     gpu = torch.cuda.is_available() if gpu is None else gpu
     params = {"model": model, "draft": draft, "weights": weights, "live": live,
-              "new_tokens": new_tokens or (128 if gpu else 8), "points": points or (["1k", "8k"] if gpu else ["1k"])}
-    if model is None and live:
-        from profiling.notebook_support import resolve_pair
-        pair = resolve_pair()
-        params["model"], params["draft"] = pair.model, pair.draft
+              "new_tokens": new_tokens or (128 if gpu else 32), "points": points or (["1k", "8k"] if gpu else ["1k"])}
     return params
 
 
@@ -80,7 +77,7 @@ def main(argv=None):
     ap.add_argument("--model", help="target checkpoint (default: the embedded pair, or a tiny random stand-in)")
     ap.add_argument("--draft", help="DFlash drafter checkpoint (default: the pair's)")
     ap.add_argument("--weights", default="bf16", choices=["bf16", "int8"])
-    ap.add_argument("--new-tokens", type=int, help="tokens per generation (default: 128 on a GPU, 8 on a CPU)")
+    ap.add_argument("--new-tokens", type=int, help="tokens per generation (default: 128 on a GPU, 32 on a CPU)")
     ap.add_argument("--points", help="acceptance points, comma-separated: 1k,8k (default: 1k,8k on a GPU, 1k on a CPU)")
     ap.add_argument("--recorded", action="store_true", help="no live measurements: recorded results only")
     args = ap.parse_args(argv)
