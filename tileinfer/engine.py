@@ -74,7 +74,7 @@ class Engine:
     # One step, written once: run eagerly or captured as graphs.
 
     def _draft(self, size: int, num_splits: int, host_start: int):
-        drafter, b = self.drafter, self.block_max
+        drafter = self.drafter
         with tracing.annotate("drafter", kv_len=host_start + size, m=size):
             self.block_ids[1:].fill_(self.mask_token_id)
             drafter.append_context(self.features, self.ctx_start_t + self.arange, self.draft_cache)

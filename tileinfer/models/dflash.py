@@ -7,13 +7,10 @@ append_context() turns new context features into K/V in the drafter's cache; dra
 
 import dataclasses
 
-import torch
-
-from tileinfer import tracing
 from tileinfer.config import DFlashConfig
 from tileinfer.kv_cache import KVCache
-from tileinfer.models.qwen3 import (Qwen3ForCausalLM, Qwen3Layer, attention_block, check_tensors,
-                                    expected_shapes, fuse, mlp_block)
+from tileinfer.models.qwen3 import (Qwen3ForCausalLM, Qwen3Layer, build_layer, check_tensors, decoder_layer,
+                                    expected_shapes)
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.linear import Linear
 from tileinfer.ops.rope import rope_cos_sin
@@ -60,12 +57,8 @@ class DFlashDrafter:
         h = ops.embedding(block_ids, self.target.embed_tokens)
         residual = None
         for i, layer in enumerate(self.layers):
-            with tracing.annotate(f"drafter.layer.{i}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
-                x, residual = ops.rms_norm(h, layer.input_layernorm, c.rms_norm_eps, residual)
-                h = attention_block(ops, c, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
-            with tracing.annotate(f"drafter.layer.{i}.mlp", level="layer", m=x.shape[0]):
-                x, residual = ops.rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps, residual)
-                h = mlp_block(ops, layer, x)
+            h, residual = decoder_layer(ops, c, layer, h, residual, positions, self.cos_sin, cache.k[i], cache.v[i],
+                                        ctx, f"drafter.layer.{i}")
         return ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)[0]
 
     def named_linears(self):
@@ -104,19 +97,7 @@ def build_drafter(config: DFlashConfig, tensors: dict, dtype, target: Qwen3ForCa
     shapes |= {"fc.weight": (c.hidden_size, len(config.target_layer_ids) * c.hidden_size),
                "hidden_norm.weight": (c.hidden_size,), "norm.weight": (c.hidden_size,)}
     check_tensors(tensors, shapes, where)
-    layers = []
-    for i in range(c.num_hidden_layers):
-        p = f"layers.{i}"
-        layers.append(Qwen3Layer(
-            input_layernorm=tensors.pop(f"{p}.input_layernorm.weight").to(dtype),
-            qkv_proj=fuse(tensors, f"{p}.self_attn", ["q_proj", "k_proj", "v_proj"], dtype),
-            q_norm=tensors.pop(f"{p}.self_attn.q_norm.weight").to(dtype),
-            k_norm=tensors.pop(f"{p}.self_attn.k_norm.weight").to(dtype),
-            o_proj=fuse(tensors, f"{p}.self_attn", ["o_proj"], dtype),
-            post_attention_layernorm=tensors.pop(f"{p}.post_attention_layernorm.weight").to(dtype),
-            gate_up_proj=fuse(tensors, f"{p}.mlp", ["gate_proj", "up_proj"], dtype),
-            down_proj=fuse(tensors, f"{p}.mlp", ["down_proj"], dtype),
-        ))
+    layers = [build_layer(tensors, f"layers.{i}", dtype) for i in range(c.num_hidden_layers)]
     fc = Linear(weight=tensors.pop("fc.weight").to(dtype), parts=(("fc", c.hidden_size),))
     return DFlashDrafter(config, layers, fc, tensors.pop("hidden_norm.weight").to(dtype),
                          tensors.pop("norm.weight").to(dtype), target, ops)

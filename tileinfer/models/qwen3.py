@@ -47,6 +47,19 @@ def mlp_block(ops: Ops, layer: Qwen3Layer, x):
     return ops.linear(ops.silu_mul(ops.linear(x, layer.gate_up_proj)), layer.down_proj)
 
 
+def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, h, residual, positions, cos_sin,
+                  k_cache, v_cache, ctx: AttentionContext, name: str):
+    """(h, residual) after one pre-norm decoder layer; `name` labels its profiler ranges."""
+    eps = config.rms_norm_eps
+    with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
+        x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
+        h = attention_block(ops, config, layer, x, positions, cos_sin, k_cache, v_cache, ctx)
+    with tracing.annotate(f"{name}.mlp", level="layer", m=x.shape[0]):
+        x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
+        h = mlp_block(ops, layer, x)
+    return h, residual
+
+
 class Qwen3ForCausalLM:
     def __init__(self, config: Qwen3Config, layers: list[Qwen3Layer], embed_tokens: Linear,
                  norm: torch.Tensor, lm_head: Linear, ops: Ops):
@@ -63,16 +76,12 @@ class Qwen3ForCausalLM:
     def forward(self, input_ids, positions, cache: KVCache, ctx: AttentionContext,
                 taps: torch.Tensor | None = None, tap_ids: list[int] = ()):
         """Final-normed hidden states [T, H]; layer outputs of `tap_ids` are written side by side into `taps`."""
-        ops, eps, hidden = self.ops, self.config.rms_norm_eps, self.config.hidden_size
+        ops, hidden = self.ops, self.config.hidden_size
         h = ops.embedding(input_ids, self.embed_tokens)
         residual = None
         for i, layer in enumerate(self.layers):
-            with tracing.annotate(f"layer.{i}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
-                x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
-                h = attention_block(ops, self.config, layer, x, positions, self.cos_sin, cache.k[i], cache.v[i], ctx)
-            with tracing.annotate(f"layer.{i}.mlp", level="layer", m=x.shape[0]):
-                x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
-                h = mlp_block(ops, layer, x)
+            h, residual = decoder_layer(ops, self.config, layer, h, residual, positions, self.cos_sin,
+                                        cache.k[i], cache.v[i], ctx, f"layer.{i}")
             for j, tapped in enumerate(tap_ids):  # a layer may be tapped more than once
                 if tapped == i:
                     torch.add(h, residual, out=taps[:, j * hidden:(j + 1) * hidden])
@@ -118,6 +127,20 @@ def fuse(tensors: dict, prefix: str, names: list[str], dtype) -> Linear:
     parts = tuple((f"{prefix}.{n}", tensors[f"{prefix}.{n}.weight"].shape[0]) for n in names)
     weight = torch.cat([tensors.pop(f"{prefix}.{n}.weight").to(dtype) for n in names], dim=0)
     return Linear(weight=weight, parts=parts)
+
+
+def build_layer(tensors: dict, p: str, dtype) -> Qwen3Layer:
+    """One decoder layer from checkpoint tensors under prefix p, projections fused."""
+    return Qwen3Layer(
+        input_layernorm=tensors.pop(f"{p}.input_layernorm.weight").to(dtype),
+        qkv_proj=fuse(tensors, f"{p}.self_attn", ["q_proj", "k_proj", "v_proj"], dtype),
+        q_norm=tensors.pop(f"{p}.self_attn.q_norm.weight").to(dtype),
+        k_norm=tensors.pop(f"{p}.self_attn.k_norm.weight").to(dtype),
+        o_proj=fuse(tensors, f"{p}.self_attn", ["o_proj"], dtype),
+        post_attention_layernorm=tensors.pop(f"{p}.post_attention_layernorm.weight").to(dtype),
+        gate_up_proj=fuse(tensors, f"{p}.mlp", ["gate_proj", "up_proj"], dtype),
+        down_proj=fuse(tensors, f"{p}.mlp", ["down_proj"], dtype),
+    )
 
 
 def expected_shapes(config: Qwen3Config) -> dict[str, tuple[int, ...]]:
@@ -194,19 +217,7 @@ def build_quantized_qwen3(config: Qwen3Config, tensors: dict, dtype, ops: Ops, w
 def build_qwen3(config: Qwen3Config, tensors: dict, dtype: torch.dtype, ops: Ops, where: str) -> Qwen3ForCausalLM:
     tied_extra = ("lm_head.weight",) if config.tie_word_embeddings else ()
     check_tensors(tensors, expected_shapes(config), where, optional=tied_extra)
-    layers = []
-    for i in range(config.num_hidden_layers):
-        p = f"model.layers.{i}"
-        layers.append(Qwen3Layer(
-            input_layernorm=tensors.pop(f"{p}.input_layernorm.weight").to(dtype),
-            qkv_proj=fuse(tensors, f"{p}.self_attn", ["q_proj", "k_proj", "v_proj"], dtype),
-            q_norm=tensors.pop(f"{p}.self_attn.q_norm.weight").to(dtype),
-            k_norm=tensors.pop(f"{p}.self_attn.k_norm.weight").to(dtype),
-            o_proj=fuse(tensors, f"{p}.self_attn", ["o_proj"], dtype),
-            post_attention_layernorm=tensors.pop(f"{p}.post_attention_layernorm.weight").to(dtype),
-            gate_up_proj=fuse(tensors, f"{p}.mlp", ["gate_proj", "up_proj"], dtype),
-            down_proj=fuse(tensors, f"{p}.mlp", ["down_proj"], dtype),
-        ))
+    layers = [build_layer(tensors, f"model.layers.{i}", dtype) for i in range(config.num_hidden_layers)]
     embed = Linear(weight=tensors.pop("model.embed_tokens.weight").to(dtype), parts=(("model.embed_tokens", config.vocab_size),))
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)

@@ -21,6 +21,37 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _online_softmax_step(
+    q, k_ptrs, v_ptrs, n, q_pos, kv_len, m_i, l_i, acc, qk_scale,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    if MASK:
+        n_valid = n < kv_len
+        k = tl.load(k_ptrs, mask=n_valid[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=n_valid[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    if MASK:
+        visible = n_valid[None, :]
+        if CAUSAL:
+            visible = visible & (n[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # Padded rows past T, or a row whose keys all sit in later blocks, keep m = −inf: shift by 0.
+    m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_shift[:, None])
+    alpha = tl.math.exp2(m_i - m_shift)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE,
     num_splits, qk_scale,
@@ -65,25 +96,9 @@ def _split_kv_attention_kernel(
     v_base = V + kv_head * stride_vh + offs_d[None, :]
     for n0 in tl.range(start, end, BLOCK_N):
         n = n0 + offs_n
-        n_valid = n < end
-        k = tl.load(k_base + n[:, None] * stride_kn, mask=n_valid[:, None], other=0.0)
-        v = tl.load(v_base + n[:, None] * stride_vn, mask=n_valid[:, None], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        visible = n_valid[None, :]
-        if CAUSAL:
-            visible = visible & (n[None, :] <= q_pos[:, None])
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row that has seen no key yet keeps m = −inf; shift by 0 then so exp2 gives 0, not NaN.
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_shift[:, None])
-        alpha = tl.math.exp2(m_i - m_shift)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(
+            q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i, acc,
+            qk_scale, MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
 
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]

@@ -13,41 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-from tileinfer.ops.decode_attention import _check_inputs
+from tileinfer.ops.decode_attention import _check_inputs, _online_softmax_step
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _online_softmax_step(
-    q, k_ptrs, v_ptrs, n, q_pos, kv_len, m_i, l_i, acc, qk_scale,
-    MASK: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    if MASK:
-        n_valid = n < kv_len
-        k = tl.load(k_ptrs, mask=n_valid[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=n_valid[:, None], other=0.0)
-    else:
-        k = tl.load(k_ptrs)
-        v = tl.load(v_ptrs)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-    if MASK:
-        visible = n_valid[None, :]
-        if CAUSAL:
-            visible = visible & (n[None, :] <= q_pos[:, None])
-        s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    # Padded rows past T, or a row whose keys all sit in later blocks, keep m = −inf: shift by 0.
-    m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s - m_shift[:, None])
-    alpha = tl.math.exp2(m_i - m_shift)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return m_new, l_i, acc
 
 
 @triton.jit
