@@ -3,7 +3,7 @@
 import torch
 
 from tileinfer.checkpoint import eos_ids, load_tokenizer, read_tensors, resolve
-from tileinfer.config import DTYPES, DFlashConfig, Qwen3Config, read_json
+from tileinfer.config import DFlashConfig, Qwen3Config, read_json
 from tileinfer.engine import DEFAULT_PREFILL_CHUNK, Engine
 from tileinfer.errors import ConfigError
 from tileinfer.models.dflash import build_drafter

@@ -9,9 +9,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from tileinfer.config import build_target_layer_ids
+from tileinfer.config import Qwen3Config, build_target_layer_ids
 from tileinfer.models.qwen3 import expected_shapes
-from tileinfer.config import Qwen3Config
 
 PRESETS = {
     "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
