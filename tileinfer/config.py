@@ -8,7 +8,6 @@ import torch
 
 from tileinfer.errors import ConfigError, DrafterMismatchError
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def read_json(path: Path) -> dict:
