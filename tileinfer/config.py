@@ -4,7 +4,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from tileinfer.errors import ConfigError, DrafterMismatchError
 
