@@ -6,6 +6,7 @@ recorded H200 results in the sweeps' format, and the tables and figures each not
     table, generations = nbs.generate_both(engine, nbs.encode(engine, "Explain a KV cache."), 64)
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -441,3 +442,37 @@ def write_summary(table, path):
 def skipped(what):
     """Markdown for a section that `live=False` leaves to the recorded results."""
     return markdown(f"*{what}: not measured in this run (`live=False`); the recorded results above stand.*")
+
+
+# Recorded engine runs on the H200 (bench/engine_bench.py, bench/ref/tileinfer_spec.py, bench/long_prompt_bench.py)
+
+def recorded_engine_steps(path=RESULTS / "engine_h200.csv"):
+    """Plain decode and DFlash step costs beside their byte floors, one row per configuration."""
+    df = pd.read_csv(path)
+    df = df[df["step_ms"].notna()]
+    cols = ["what", "weights", "point", "accept", "step_ms", "drafter_ms", "verify_ms", "floor_ms", "of_floor",
+            "vs_plain_step", "decode_tok_s", "gpu", "git_rev"]
+    return df[[c for c in cols if c in df]].round(3).reset_index(drop=True)
+
+
+def recorded_comparison(directory=RESULTS):
+    """The comparison's metric (median latencies, decode tok/s) from bench/results/comparison_*_h200.jsonl."""
+    rows = []
+    for path in sorted(directory.glob("comparison_*_h200.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    cols = ["point", "task", "weights", "dflash", "accept_mode", "prefill_ms", "decode_tok_s", "tokens_per_step",
+            "weights_kind", "gpu", "git_rev"]
+    return df[[c for c in cols if c in df]].round(2)
+
+
+def recorded_long_prompts(path=RESULTS / "long_prompts_h200.csv"):
+    """Prefill time and activation memory, chunked against one-shot, and DFlash decode after a long prompt."""
+    df = pd.read_csv(path)
+    df = df[df["what"].isin(["prefill", "dflash decode"])]
+    df = df.assign(activation_gb=df["activation_bytes"] / 1e9, plan_activation_gb=df["plan_activation_bytes"] / 1e9)
+    cols = ["what", "prompt_tokens", "chunk", "prefill_ms", "vs_one_shot", "activation_gb", "plan_activation_gb",
+            "activation_over_kv", "decode_tok_s", "tokens_per_step", "git_rev"]
+    return df[[c for c in cols if c in df]].round(3).reset_index(drop=True)
