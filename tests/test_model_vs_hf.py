@@ -13,7 +13,7 @@ from tests.helpers import hf_qwen3, tiny_target
 def test_prompt_logits_match_transformers(tmp_path, backend, tied):
     path = tiny_target(tmp_path, tie_word_embeddings=tied)
     engine = tileinfer.load(path, weights="fp32", backend=backend)
-    ids = torch.randint(0, engine.config.vocab_size, (23,)).tolist()
+    ids = torch.randint(0, engine.config.vocab_size, (23,), generator=torch.Generator().manual_seed(1)).tolist()
     ours = engine.prompt_logits(ids)
     with torch.no_grad():
         theirs = hf_qwen3(path)(torch.tensor([ids])).logits[0]
@@ -25,7 +25,7 @@ def test_greedy_tokens_match_transformers(tmp_path, backend):
     # two layers under the interpreter, which runs every kernel program by program
     path = tiny_target(tmp_path, seed=3, **({"num_hidden_layers": 2} if backend == "triton" else {}))
     engine = tileinfer.load(path, weights="fp32", backend=backend)
-    ids = torch.randint(0, engine.config.vocab_size, (9,)).tolist()
+    ids = torch.randint(0, engine.config.vocab_size, (9,), generator=torch.Generator().manual_seed(2)).tolist()
     new = 40 if backend == "torch" else 33
     out = engine.generate(ids, max_new_tokens=new, stop_ids=[])
     with torch.no_grad():
@@ -37,7 +37,7 @@ def test_greedy_tokens_match_transformers(tmp_path, backend):
 
 def test_chunked_prefill_matches_one_shot(tmp_path):
     path = tiny_target(tmp_path, seed=5)
-    ids = torch.randint(0, 160, (37,)).tolist()
+    ids = torch.randint(0, 160, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     one = tileinfer.load(path, weights="fp32", prefill_chunk=4096).generate(ids, 12, stop_ids=[])
     for chunk in (5, 16, 37):
         chunked = tileinfer.load(path, weights="fp32", prefill_chunk=chunk).generate(ids, 12, stop_ids=[])

@@ -54,12 +54,10 @@ class DFlashDrafter:
     def draft(self, block_ids, positions, cache: KVCache, ctx: AttentionContext):
         """Final-normed hidden states of the block; ctx.kv_len counts the cached context plus the block."""
         ops, c = self.ops, self.config.layers
-        h = ops.embedding(block_ids, self.target.embed_tokens)
-        residual = None
+        stream = [ops.embedding(block_ids, self.target.embed_tokens), None]
         for i, layer in enumerate(self.layers):
-            h, residual = decoder_layer(ops, c, layer, h, residual, positions, self.cos_sin, cache.k[i], cache.v[i],
-                                        ctx, f"drafter.layer.{i}")
-        return ops.rms_norm(h, self.norm, c.rms_norm_eps, residual)[0]
+            decoder_layer(ops, c, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"drafter.layer.{i}")
+        return ops.rms_norm(stream[0], self.norm, c.rms_norm_eps, stream[1])[0]
 
     def named_linears(self):
         for i, layer in enumerate(self.layers):

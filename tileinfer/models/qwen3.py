@@ -47,17 +47,21 @@ def mlp_block(ops: Ops, layer: Qwen3Layer, x):
     return ops.linear(ops.silu_mul(ops.linear(x, layer.gate_up_proj)), layer.down_proj)
 
 
-def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, h, residual, positions, cos_sin,
+def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list, positions, cos_sin,
                   k_cache, v_cache, ctx: AttentionContext, name: str):
-    """(h, residual) after one pre-norm decoder layer; `name` labels its profiler ranges."""
+    """Advance the residual stream [h, residual] through one pre-norm decoder layer, in place: the caller
+    holds no reference to the old tensors, so each is freed as soon as it is used (prefill's peak memory
+    per chunk depends on it). `name` labels the layer's profiler ranges."""
     eps = config.rms_norm_eps
+    h, residual = stream
+    stream.clear()
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
         h = attention_block(ops, config, layer, x, positions, cos_sin, k_cache, v_cache, ctx)
     with tracing.annotate(f"{name}.mlp", level="layer", m=x.shape[0]):
         x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
         h = mlp_block(ops, layer, x)
-    return h, residual
+    stream[:] = (h, residual)
 
 
 class Qwen3ForCausalLM:
@@ -77,15 +81,13 @@ class Qwen3ForCausalLM:
                 taps: torch.Tensor | None = None, tap_ids: list[int] = ()):
         """Final-normed hidden states [T, H]; layer outputs of `tap_ids` are written side by side into `taps`."""
         ops, hidden = self.ops, self.config.hidden_size
-        h = ops.embedding(input_ids, self.embed_tokens)
-        residual = None
+        stream = [ops.embedding(input_ids, self.embed_tokens), None]
         for i, layer in enumerate(self.layers):
-            h, residual = decoder_layer(ops, self.config, layer, h, residual, positions, self.cos_sin,
-                                        cache.k[i], cache.v[i], ctx, f"layer.{i}")
+            decoder_layer(ops, self.config, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"layer.{i}")
             for j, tapped in enumerate(tap_ids):  # a layer may be tapped more than once
                 if tapped == i:
-                    torch.add(h, residual, out=taps[:, j * hidden:(j + 1) * hidden])
-        return h, residual
+                    torch.add(*stream, out=taps[:, j * hidden:(j + 1) * hidden])
+        return tuple(stream)
 
     def final_norm(self, h, residual):
         return self.ops.rms_norm(h, self.norm, self.config.rms_norm_eps, residual)[0]
