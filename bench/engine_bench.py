@@ -8,7 +8,6 @@ comparison's tokens per step). Every row says which.
 """
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -20,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
-from bench.ref.metric import command_line, environment  # noqa: E402
+from bench.ref.metric import command_line, environment, gpu_tag, write_rows  # noqa: E402
 from profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 
 POINTS = {"1k": 1024, "8k": 8192, "32k": 32768, "tiny": 200}
@@ -134,12 +133,7 @@ def main(argv=None):
                    accept=f"replay:{REPLAY[points[0]][0]}", **r)
             del cublas
 
-    keys = sorted({k for r in rows for k in r}, key=lambda k: (k in base, k))
-    path = out / f"engine_{'h200' if 'H200' in env['gpu'] else env['gpu'].replace(' ', '_').lower()}.csv"
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
+    path = write_rows(rows, out / f"engine_{gpu_tag(env['gpu'])}.csv", last=base)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, "
           f"read bandwidth {env['gpu_bandwidth_gbs']} GB/s; random weights ({args.preset}); rows in {path}")
     print(f"{'what':34} {'w':5} {'pt':4} {'accept':15} {'step ms':>8} {'tok/s':>8} {'tok/step':>8} {'floor':>7} {'of floor':>8} {'busy%':>6}")

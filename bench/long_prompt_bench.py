@@ -15,7 +15,6 @@ The rows of the H200 run set DEFAULT_PREFILL_CHUNK: the smallest chunk within ~2
 """
 
 import argparse
-import csv
 import gc
 import json
 import math
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
 from bench.engine_bench import checkpoints  # noqa: E402
-from bench.ref.metric import command_line, environment  # noqa: E402
+from bench.ref.metric import command_line, environment, gpu_tag, write_rows  # noqa: E402
 from tileinfer.memory import measure_peak_bytes  # noqa: E402
 
 GB = 1e9
@@ -217,13 +216,7 @@ def main(argv=None):
     print(f"cap rows done at {time.perf_counter() - t0:.0f} s", flush=True)
 
     rows = [{**base, **r} for r in rows]
-    keys = sorted({k for r in rows for k in r}, key=lambda k: (k in base, k))
-    gpu = "h200" if "H200" in base["gpu"] else base["gpu"].replace(" ", "_").lower()
-    path = out / f"long_prompts_{gpu}.csv"
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
+    path = write_rows(rows, out / f"long_prompts_{gpu_tag(base['gpu'])}.csv", last=base)
     print(f"\n{base['gpu']}, torch {base['torch']}, triton {base['triton']}, rev {base['git_rev']}; "
           f"random {args.preset} + DFlash drafter, {args.weights}; rows in {path}")
     print(f"{'what':22} {'prompt':>7} {'chunk':>8} {'ms':>8} {'vs 1-shot':>9} {'act GB':>7} {'plan GB':>7} "

@@ -299,6 +299,21 @@ def write_csv(rows, path):
             w.writerow({k: r.get(k) for k in ROW_FIELDS})
 
 
+def write_rows(rows, path, last=()):
+    """Rows with differing keys as one CSV: every key a column, the keys in `last` (provenance) at the end."""
+    keys = sorted({k for r in rows for k in r}, key=lambda k: (k in last, k))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def gpu_tag(gpu):
+    """A GPU name as results files carry it: 'h200', or the name in lower case with underscores."""
+    return "h200" if "H200" in gpu else gpu.replace(" ", "_").lower()
+
+
 REFERENCE_CSV = Path(__file__).with_name("reference.csv")
 
 
