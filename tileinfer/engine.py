@@ -250,7 +250,7 @@ class Engine:
             if replay:
                 self.forced_accept.fill_(next(schedule) - 1)
             fns = self._step_fns(size, num_splits, start, replay)
-            marks = []
+            marks, host = [], {}
             for i, fn in enumerate(fns):
                 phase = "drafter" if len(fns) == 2 and i == 0 else "verify"
                 tic = time.perf_counter()
@@ -261,25 +261,29 @@ class Engine:
                     self._graph((phase, size, num_splits, replay), fn).replay()
                 else:
                     fn()
-                host_ms[phase] += (time.perf_counter() - tic) * 1e3
+                host[phase] = (time.perf_counter() - tic) * 1e3
             if events is not None:
                 marks.append(torch.cuda.Event(enable_timing=True))
                 marks[-1].record()
-                events.append((len(fns), marks))
             result = self._host_results[launches[0] % len(self._host_results)]
             launches[0] += 1
             result.copy_(self.result, non_blocking=True)
             done = torch.cuda.Event() if self.is_cuda else None
             if done is not None:
                 done.record()
-            pending.append((size, result, done))
+            pending.append((size, result, done, (len(fns), marks), host))
 
         accept_s = 0.0
         while not stopped and start + 1 < max_length:
             if not pending:
                 launch(min(block, max_length - start))
                 launched_to = start + pending[-1][0]
-            size, result, done = pending.popleft()
+            size, result, done, marks, host = pending.popleft()
+            # Only steps whose result is used count: a step launched ahead may not be.
+            if events is not None:
+                events.append(marks)
+            for phase, ms in host.items():
+                host_ms[phase] += ms
             # Launch the next step before reading this one when its block cannot depend on this result.
             if pipelined and max_length - launched_to >= block and launched_to + 1 < max_length:
                 launch(block)
