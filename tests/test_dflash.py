@@ -94,3 +94,15 @@ def test_long_acceptance_is_lossless(pair, block, monkeypatch):
     assert block in counts, f"no step accepted the whole block: {counts}"
     if block > 2:
         assert any(1 < c < block for c in counts), f"no step accepted part of the block: {counts}"
+
+
+def test_triton_backend_launch_ahead_is_lossless(tmp_path):
+    """The Triton backend launches the next step before reading this one (the KV length lives on the
+    device); under the interpreter that path runs here too."""
+    target, draft = tiny_pair(tmp_path, num_layers=1, num_hidden_layers=2)
+    engine = tileinfer.load(target, draft=draft, weights="fp32", backend="triton")
+    ids = torch.randint(0, 150, (7,), generator=torch.Generator().manual_seed(6)).tolist()
+    plain = engine.generate(ids, 14, stop_ids=[], block_size=1)
+    spec = engine.generate(ids, 14, stop_ids=[], block_size=4)
+    assert spec.tokens == plain.tokens
+    assert spec.stats.steps == len(spec.stats.tokens_per_step) and spec.stats.drafter_ms > 0
