@@ -5,6 +5,7 @@ import pytest
 
 from profiling.cli import main
 from profiling.compare import REFERENCE_CSV
+from tests.helpers import tiny_pair
 
 
 def test_sweep_gemm_writes_csv_and_html(tmp_path, capsys):
@@ -33,16 +34,11 @@ def test_compare_writes_fractions(tmp_path):
 
 @pytest.mark.slow
 def test_step_on_a_tiny_random_checkpoint(tmp_path):
-    try:
-        from tileinfer.random_weights import write_dflash_drafter, write_qwen3
-    except ImportError as e:
-        pytest.skip(f"the engine is not importable yet: {e}")
-    write_qwen3(tmp_path / "t", "tiny")
-    write_dflash_drafter(tmp_path / "d", tmp_path / "t", num_layers=1, block_size=4)
+    target, draft = tiny_pair(tmp_path, num_layers=1, block_size=4)
     ids = tmp_path / "ids.json"
     ids.write_text(json.dumps(list(range(3, 15))))
     out = tmp_path / "out"
-    main(["step", "--model", str(tmp_path / "t"), "--draft", str(tmp_path / "d"), "--prompt-ids", str(ids),
+    main(["step", "--model", str(target), "--draft", str(draft), "--prompt-ids", str(ids),
           "--max-new-tokens", "3", "--block-size", "4", "--warmup", "0", "--out", str(out)])
     summary = pd.read_csv(out / "summary.csv")
     assert summary["variant"].tolist() == ["eager"] and summary["device"].iloc[0] == "cpu"

@@ -6,6 +6,8 @@ import torch
 
 from profiling.step import profile_step
 from tileinfer import tracing
+from tests.helpers import tiny_pair
+from tileinfer import load
 from tileinfer.errors import ConfigError
 
 
@@ -76,14 +78,8 @@ def test_profile_step_graphs_need_a_gpu():
 
 @pytest.mark.slow
 def test_profile_step_on_a_tiny_random_engine(tmp_path):
-    try:
-        from tileinfer import load
-        from tileinfer.random_weights import write_dflash_drafter, write_qwen3
-    except ImportError as e:
-        pytest.skip(f"the engine is not importable yet: {e}")
-    write_qwen3(tmp_path / "t", "tiny")
-    write_dflash_drafter(tmp_path / "d", tmp_path / "t", num_layers=1, block_size=4)
-    engine = load(tmp_path / "t", draft=tmp_path / "d", device="cpu")
+    target, draft = tiny_pair(tmp_path, num_layers=1, block_size=4)
+    engine = load(target, draft=draft, device="cpu")
     prof = profile_step(engine, list(range(5, 17)), block_size=4, max_new_tokens=3, warmup=0)
     assert {"prefill", "verify"} <= set(prof.kernels["phase"].dropna())
     assert prof.summary.iloc[0]["steps"] >= 1

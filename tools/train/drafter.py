@@ -8,7 +8,6 @@ prefix and its own block (non-causal), through a boolean attention mask.
 """
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from transformers import Qwen3Config
 
 from dflash.model import DFlashDraftModel, build_target_layer_ids, dflash_generate, extract_context_feature
 
-from tools.train.target import cosine_lr
+from tools.train.target import budgeted_steps
 
 QWEN3_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "hidden_act", "rms_norm_eps", "attention_bias", "attention_dropout",
@@ -114,13 +113,8 @@ def train_drafter(drafter, target, data, seconds, batch_size=16, anchors_per_row
                             fused=device == "cuda")
     weights = position_weights(drafter.block_size)
     gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
-    history, start, step = [], time.perf_counter(), 0
-    while step < max_steps:
-        frac = max(step / max_steps, (time.perf_counter() - start) / seconds)
-        if frac >= 1:
-            break
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(lr, step, warmup, frac)
+    history = []
+    for step, elapsed in budgeted_steps(opt, lr, warmup, seconds, max_steps):
         x, lengths, rows = data.batch(batch_size, gen, device, with_rows=True)
         anchors = torch.from_numpy(sample_anchors(data, rows, anchors_per_row, drafter.block_size, rng)).to(device)
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
@@ -130,11 +124,10 @@ def train_drafter(drafter, target, data, seconds, batch_size=16, anchors_per_row
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
         if step % log_every == 0:
-            row = {"step": step, "seconds": round(time.perf_counter() - start, 1), "loss": round(loss.item(), 4),
+            row = {"step": step, "seconds": round(elapsed, 1), "loss": round(loss.item(), 4),
                    "train_tokens_per_step": round(accepted.item(), 3), "lr": opt.param_groups[0]["lr"]}
             history.append(row)
             log(f"drafter {row}")
-        step += 1
     return history
 
 

@@ -50,6 +50,20 @@ def cosine_lr(lr, step, warmup, frac, floor=0.1):
     return lr * min(1.0, (step + 1) / warmup) * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
+def budgeted_steps(opt, lr, warmup, seconds, max_steps):
+    """Step numbers until `seconds` or `max_steps`, setting the learning rate of each: warm-up, then a
+    cosine over whichever budget runs out first. Yields (step, seconds since the start)."""
+    start, step = time.perf_counter(), 0
+    while step < max_steps:
+        frac = max(step / max_steps, (time.perf_counter() - start) / seconds)
+        if frac >= 1:
+            return
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(lr, step, warmup, frac)
+        yield step, time.perf_counter() - start
+        step += 1
+
+
 def train_target(model, data, seconds, batch_size=32, lr=2e-3, warmup=100, max_steps=10**9,
                  device="cuda", log_every=25, seed=0, log=print):
     """Train until `seconds` or `max_steps`; the cosine runs over whichever comes first."""
@@ -59,13 +73,8 @@ def train_target(model, data, seconds, batch_size=32, lr=2e-3, warmup=100, max_s
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), fused=device == "cuda")
     gen = torch.Generator().manual_seed(seed)
-    history, start, step, tokens = [], time.perf_counter(), 0, 0
-    while step < max_steps:
-        frac = max(step / max_steps, (time.perf_counter() - start) / seconds)
-        if frac >= 1:
-            break
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(lr, step, warmup, frac)
+    history, tokens = [], 0
+    for step, elapsed in budgeted_steps(opt, lr, warmup, seconds, max_steps):
         x, lengths = data.batch(batch_size, gen, device)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             loss = lm_loss(model, x, lengths)
@@ -75,11 +84,10 @@ def train_target(model, data, seconds, batch_size=32, lr=2e-3, warmup=100, max_s
         opt.step()
         tokens += int(lengths.sum())
         if step % log_every == 0:
-            row = {"step": step, "seconds": round(time.perf_counter() - start, 1), "loss": round(loss.item(), 4),
+            row = {"step": step, "seconds": round(elapsed, 1), "loss": round(loss.item(), 4),
                    "lr": opt.param_groups[0]["lr"], "tokens": tokens}
             history.append(row)
             log(f"target {row}")
-        step += 1
     return history
 
 
