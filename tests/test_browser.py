@@ -22,8 +22,10 @@ def test_split_slider_drag_redraws_the_live_figure(tmp_path):
         run_all(page)
         handle = page.locator(".widget-slider .noUi-handle").first
         handle.scroll_into_view_if_needed()
+        # plotly attaches an empty `data` before the first trace is drawn
         page.wait_for_function("() => { const p = document.querySelector('.js-plotly-plot');"
-                               " return p && p.data && p.data[0].y.length > 0; }")
+                               " return p && p.data && p.data.length > 0 && p.data[0].y"
+                               " && p.data[0].y.length > 0; }", timeout=120_000)
         before = page.evaluate(PLOT_Y)
         box = handle.bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
