@@ -26,7 +26,12 @@ if ! "$py" -c "import torch" 2>/dev/null; then
   "$py" -m pip install "${pip_args[@]}" "torch==2.13.0" "triton==3.6.0" "numpy<2.3"
 fi
 "$py" -c "import triton" 2>/dev/null || "$py" -m pip install "${pip_args[@]}" "triton==3.6.0" "numpy<2.3"
-"$py" -m pip install "${pip_args[@]}" --no-build-isolation -e ".[$extras]"
+# The editable install builds with the environment's own setuptools where it can make wheels by itself
+# (70.1 on; a GPU image's, untouched); an older one (Python 3.11's venv) builds in isolation instead.
+build_args=(--no-build-isolation)
+"$py" -c "import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split('.')[:2])) < (70, 1))" \
+  2>/dev/null || build_args=()
+"$py" -m pip install "${pip_args[@]}" "${build_args[@]}" -e ".[$extras]"
 if [ "$extras" = dev ]; then
   # The public DFlash reference: its pinned requirements are not needed to import its model.
   "$py" -c "import dflash" 2>/dev/null || "$py" -m pip install "${pip_args[@]}" --no-deps "dflash==0.1.0"
