@@ -3,15 +3,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2
 
-.PHONY: env env-notebooks report test test-gpu lab clean
+.PHONY: env env-report env-notebooks report test test-gpu lab clean
 
 env:
 	VENV=$(VENV) bash tools/setup_env.sh dev
 
+env-report:
+	VENV=$(VENV) bash tools/setup_env.sh report
+
 env-notebooks:
 	VENV=$(VENV) bash tools/setup_env.sh notebooks
 
-report: env-notebooks
+report: env-report
 	$(PY) -m tileinfer.report --out reports
 
 test: env

@@ -28,7 +28,7 @@ def missing():
         try:
             __import__(module)
         except ImportError:
-            return f"the Python package {module} is not installed: pip install -e .[dev]"
+            return f"the Python package {module} is not installed: pip install -e .[browser]"
     return None
 
 

@@ -5,6 +5,9 @@
 set -euo pipefail
 venv=${VENV:-.venv}
 extras=${1:-dev}
+if [ "$extras" = dev ] && [ -x "${TILEINFER_CHROMIUM:-/usr/bin/chromium}" ]; then
+  extras=dev,browser   # the JupyterLab browser test runs only where Debian's chromium is installed
+fi
 python=${PYTHON:-python3}
 read -r -a pip_args <<< "${PIP_ARGS:-}"
 
@@ -32,7 +35,7 @@ build_args=(--no-build-isolation)
 "$py" -c "import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split('.')[:2])) < (70, 1))" \
   2>/dev/null || build_args=()
 "$py" -m pip install "${pip_args[@]}" "${build_args[@]}" -e ".[$extras]"
-if [ "$extras" = dev ]; then
+if [[ "$extras" = dev* ]]; then
   # The public DFlash reference: its pinned requirements are not needed to import its model.
   "$py" -c "import dflash" 2>/dev/null || "$py" -m pip install "${pip_args[@]}" --no-deps "dflash==0.1.0"
 fi
