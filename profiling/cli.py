@@ -145,8 +145,8 @@ def _compare(args):
     _write(Path(args.out), "comparison", fractions, {"": plots.reference_figure(fractions)})
 
 
-def build_parser():
-    p = argparse.ArgumentParser(prog="python -m profiling", description=__doc__.split("\n")[0])
+def build_parser(prog="python -m profiling"):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("sweep", help="kernel sweeps to CSV + HTML")
@@ -196,7 +196,7 @@ def build_parser():
     return p
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
+def main(argv=None, prog="python -m profiling"):
+    args = build_parser(prog).parse_args(argv)
     args.fn(args)
     return 0

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 
 import tileinfer
@@ -40,3 +41,11 @@ def test_cli_generate(tmp_path, capsys):
 def test_cli_reports_errors(tmp_path, capsys):
     assert main(["generate", str(tmp_path / "missing"), "hello"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_profile_forwards_everything_to_the_profiling_cli(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["profile", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tileinfer profile") and "sweep" in out and "ceilings" in out

@@ -39,14 +39,13 @@ def main(argv=None) -> int:
     gen.add_argument("--backend", default=None, choices=["triton", "torch"])
     gen.add_argument("--eager", action="store_true", help="no CUDA graphs")
     gen.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
-    prof = sub.add_parser("profile", help="kernel sweeps and step profiles (python -m profiling)", add_help=False)
-    prof.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    sub.add_parser("profile", help="kernel sweeps and step profiles (python -m profiling)", add_help=False)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if args.command == "profile":
+        if argv[:1] == ["profile"]:  # everything after it, --help included, is the profiling CLI's
             from profiling.cli import main as profile_main
-            return profile_main(args.rest)
-        return _generate(args)
+            return profile_main(argv[1:], prog="tileinfer profile")
+        return _generate(parser.parse_args(argv))
     except TileInferError as e:
         print(f"tileinfer: error: {e}", file=sys.stderr)
         return 2
