@@ -104,12 +104,13 @@ def _step(args):
     engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights, device=args.device,
                             backend=args.backend, **extra)
     prompt = _prompt_ids(args, engine.config.vocab_size)
-    block_size = args.block_size or (16 if args.draft else 1)
+    block_size = args.block_size or (16 if engine.drafter is not None else 1)
     prof = profile_step(engine, prompt, block_size=block_size, max_new_tokens=args.new_tokens,
                         warmup=args.warmup, graphs=False if args.no_graphs else None,
                         accept_profile=_accept_profile(args.accept_profile))
     out = Path(args.out)
-    summary = prof.summary.assign(weights=args.weights, model=str(args.model), draft=str(args.draft),
+    summary = prof.summary.assign(weights=args.weights, model=str(args.model or "embedded default"),
+                                  draft=str(args.draft or ("embedded default" if engine.drafter else None)),
                                   block_size=block_size)
     _write(out, "summary", summary, {})
     _write(out, "kernels", prof.kernels, {})
@@ -165,8 +166,8 @@ def build_parser(prog="python -m profiling"):
     s.set_defaults(fn=_sweep)
 
     t = sub.add_parser("step", help="profile a short generation: kernels per phase and layer, busy %%")
-    t.add_argument("--model", required=True)
-    t.add_argument("--draft")
+    t.add_argument("--model", help="checkpoint directory or cached hub id (default: the embedded pair)")
+    t.add_argument("--draft", help="DFlash drafter (default: the embedded pair's drafter with the embedded target)")
     t.add_argument("--weights", default="bf16", choices=["bf16", "fp16", "fp32", "int8"])
     t.add_argument("--prompt-tokens", type=int, default=8192, help="random prompt of this length")
     t.add_argument("--prompt-ids", help="JSON file with the prompt's token ids (instead of a random prompt)")

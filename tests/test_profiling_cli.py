@@ -45,3 +45,11 @@ def test_step_on_a_tiny_random_checkpoint(tmp_path):
     assert summary["prompt_tokens"].iloc[0] == 12
     for name in ("kernels.csv", "per_layer.html", "gemm_vs_attention.html", "tokens_per_step.html"):
         assert (out / name).exists()
+
+
+@pytest.mark.slow
+def test_step_defaults_to_the_embedded_pair_with_its_drafter(tmp_path):
+    main(["step", "--prompt-tokens", "24", "--max-new-tokens", "4", "--warmup", "0", "--out", str(tmp_path)])
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert summary["model"].iloc[0] == "embedded default" and summary["block_size"].iloc[0] == 16
+    assert summary["prompt_tokens"].iloc[0] == 24 and summary["steps"].iloc[0] >= 1
