@@ -6,6 +6,7 @@
     python -m profiling step --model PATH --draft PATH --prompt-tokens 8192 --new-tokens 256 --weights bf16 --out DIR
     python -m profiling ceilings [--refresh]
     python -m profiling compare [--ours RESULTS.csv] --out DIR
+    python -m profiling compiled [--arch 90] [--gpu "NVIDIA H200"] [--ops linear] --out DIR
 
 Without a GPU the sweeps default to tiny shapes (Triton under the interpreter) and every row says "cpu".
 """
@@ -146,6 +147,21 @@ def _compare(args):
     _write(Path(args.out), "comparison", fractions, {"": plots.reference_figure(fractions)})
 
 
+def _compiled(args):
+    from profiling import plots
+    from profiling.compiled import compile_cases
+    table, opcodes = compile_cases(args.preset, args.arch, args.gpu, args.num_sms, _strs(args.ops or ""))
+    ops = f" --ops '{args.ops}'" if args.ops else ""
+    table["command"] = (f"python -m profiling compiled --preset {args.preset} --arch {args.arch} --gpu '{args.gpu}'"
+                        f" --num-sms {args.num_sms}{ops} --out {args.out}")
+    out = Path(args.out)
+    _write(out, "compiled", table, {"": plots.compiled_figure(table)})
+    _write(out, "compiled_opcodes", opcodes, {})
+    cols = ["op", "shape", "m", "kind", "kernel", "num_warps", "regs", "local_bytes", "shared_bytes", "blocks_per_sm",
+            "tensor_cores"]
+    print(table[cols].to_string(index=False))
+
+
 def build_parser(prog="python -m profiling"):
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -188,6 +204,16 @@ def build_parser(prog="python -m profiling"):
     c.add_argument("--device")
     c.add_argument("--refresh", action="store_true")
     c.set_defaults(fn=_ceilings_cmd)
+
+    k = sub.add_parser("compiled", help="every kernel compiled for a GPU target (no GPU needed): registers, "
+                       "spills, shared memory, blocks per SM, SASS opcodes")
+    k.add_argument("--preset", default="qwen3-4b", help="model shapes (tileinfer.random_weights presets)")
+    k.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200")
+    k.add_argument("--gpu", default="NVIDIA H200", help="whose tuned GEMM configs (gemm_configs.json)")
+    k.add_argument("--num-sms", type=int, default=132)
+    k.add_argument("--ops", help="comma list of op prefixes, e.g. 'linear,decode attention'")
+    k.add_argument("--out", required=True)
+    k.set_defaults(fn=_compiled)
 
     r = sub.add_parser("compare", help="the reference comparison as fractions of each GPU's bandwidth")
     r.add_argument("--reference", help="default bench/ref/reference.csv")

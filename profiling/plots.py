@@ -105,3 +105,18 @@ def reference_figure(fractions, title="DFlash decode against each GPU's memory b
                       yaxis_title="fraction of the GPU's memory bandwidth<br>(bytes per step ÷ step time ÷ bandwidth)",
                       yaxis_range=[0, 1])
     return fig
+
+
+def compiled_figure(df, title="Registers per thread and resident blocks per SM, per kernel and launch site"):
+    """Two bar rows from `profiling.compiled.compile_cases`: registers (spilling kernels marked) and blocks per SM."""
+    from plotly.subplots import make_subplots
+    labels = [f"{op} {shape} M={m} {kind}".strip() + f" · {kernel.strip('_')}"
+              for op, shape, m, kind, kernel in zip(df["op"], df["shape"], df["m"], df["kind"], df["kernel"])]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=("registers per thread (red: spills to local memory)", "resident blocks per SM"))
+    colors = ["crimson" if b else "steelblue" for b in df["local_bytes"] > 0]
+    fig.add_bar(x=labels, y=df["regs"], marker_color=colors, name="registers", row=1, col=1)
+    fig.add_bar(x=labels, y=df["blocks_per_sm"], name="blocks per SM", marker_color="seagreen", row=2, col=1)
+    target = df["target"].iloc[0] if len(df) else ""
+    fig.update_layout(title=f"{title} ({target}, compiled, not run)", showlegend=False, height=760)
+    return fig

@@ -1,0 +1,262 @@
+"""Our kernels compiled for a GPU that is not here: registers, spills, shared memory, occupancy and the
+SASS instruction mix of every kernel the engine launches, at a model's shapes and with the launch
+configs tuned for that GPU.
+
+Triton compiles for a named target without a device (its own ptxas); the cubin is read with the
+cuobjdump that Triton ships. Nothing runs, so nothing here is a time: it answers "does every tuned
+config still compile and fit on the H200?", "does it spill?", "how many blocks fit an SM?" and "how
+many int8→float conversions per weight?" on any machine, CI's included.
+
+The compile runs in a fresh interpreter (`python -m profiling.compiled --worker`): kernel modules pick
+their interpreter or GPU path when imported, and the tests' interpreter has already picked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from tileinfer.random_weights import PRESETS
+
+# Per-SM limits by compute capability (CUDA occupancy rules; Hopper keeps 1 KB of shared memory per block).
+SM_LIMITS = {
+    90: dict(regs=65536, reg_unit=256, shared=233472, shared_per_block=232448, reserved_per_block=1024,
+             warps=64, blocks=32),
+}
+OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
+                  "FADD", "FMUL", "MUFU", "SHFL", "BAR")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One launch site: an op at a model's shape (what the engine calls, with the tuned config)."""
+    op: str
+    shape: str
+    m: int | None = None  # rows of a GEMM (tokens)
+    kind: str = ""  # "bf16" / "int8" for GEMMs
+
+
+def cases(preset: str = "qwen3-4b", draft_taps: int = 5, chunk: int = 4096) -> list[Case]:
+    """Every kernel launch of a decode step, a DFlash step and a prefill chunk of the preset's shape."""
+    c = PRESETS[preset]
+    h, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    linears = {
+        "qkv": ((heads + 2 * kv) * hd, h), "o": (h, heads * hd), "gate_up": (2 * c["intermediate_size"], h),
+        "down": (h, c["intermediate_size"]), "lm_head": (c["vocab_size"], h), "drafter fc": (h, draft_taps * h),
+    }
+    out = [Case(f"linear {name}", f"{n}x{k}", m, kind)
+           for name, (n, k) in linears.items() for m in (1, 4, 16) for kind in ("bf16", "int8")]
+    out += [Case(f"linear {name} prefill", f"{n}x{k}", chunk, "int8")
+            for name, (n, k) in linears.items() if name not in ("lm_head", "drafter fc")]
+    out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
+    out += [Case("rms_norm + residual", f"{t}x{h}", t) for t in (1, 16, chunk)]
+    out += [Case("qk_norm_rope + kv write", f"{t}x{heads}+{kv}x{hd}", t) for t in (1, 16, chunk)]
+    out += [Case("silu_mul", f"{t}x{c['intermediate_size']}", t) for t in (1, 16, chunk)]
+    out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
+    out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
+    out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
+    return out
+
+
+def occupancy(regs: int, shared: int, num_warps: int, arch: int = 90) -> int:
+    """Resident blocks per SM (0: the kernel cannot launch)."""
+    lim = SM_LIMITS[arch]
+    if shared > lim["shared_per_block"]:
+        return 0
+    regs_per_warp = -(-max(regs, 1) * 32 // lim["reg_unit"]) * lim["reg_unit"]
+    by_regs = lim["regs"] // (regs_per_warp * num_warps)
+    by_shared = lim["shared"] // (shared + lim["reserved_per_block"])
+    return min(by_regs, by_shared, lim["warps"] // num_warps, lim["blocks"])
+
+
+_RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+_SASS = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[\w.]+)?")
+
+
+def cubin_resources(cubin: bytes, cuobjdump: str) -> tuple[dict, Counter]:
+    """(registers / stack / static shared / local bytes, opcode counts) of a cubin with one kernel."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    match = _RES.search(usage)
+    if match is None:
+        raise RuntimeError(f"no resource usage in cuobjdump's output:\n{usage}")
+    _, regs, stack, shared, local = match.groups()
+    res = dict(regs=int(regs), stack_bytes=int(stack), static_shared=int(shared), local_bytes=int(local))
+    return res, Counter(_SASS.findall(sass))
+
+
+def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H200", num_sms: int = 132,
+                  ops: list[str] | None = None, timeout: float = 1800) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per case × kernel, opcode counts in long form) for `preset` compiled for sm_<arch>,
+    GEMMs with `gpu`'s tuned configs (the heuristic where it has none). `ops` keeps cases whose op
+    starts with one of them."""
+    cmd = [sys.executable, "-m", "profiling.compiled", "--worker", "--preset", preset, "--arch", str(arch),
+           "--gpu", gpu, "--num-sms", str(num_sms)]
+    if ops:
+        cmd += ["--ops", json.dumps(ops)]
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": _pythonpath()}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"compiling for sm_{arch} failed:\n{done.stderr.strip()[-4000:]}")
+    rows = [{**json.loads(line), **_provenance()} for line in lines]
+    opcodes = pd.DataFrame([dict(op=r["op"], shape=r["shape"], m=r["m"], kind=r["kind"], kernel=r["kernel"],
+                                 opcode=o, count=n) for r in rows for o, n in r.pop("opcodes").items()])
+    return pd.DataFrame(rows), opcodes
+
+
+def _provenance() -> dict:
+    import torch
+    import triton
+
+    from profiling.env import git_revision
+    return dict(device="none: compiled, not run", torch=torch.__version__, triton=triton.__version__,
+                git_rev=git_revision())
+
+
+def _pythonpath() -> str:
+    root = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+
+def _tensor_cores(opcodes: Counter) -> str:
+    if opcodes.get("HGMMA"):
+        return "wgmma (HGMMA)"
+    if opcodes.get("HMMA"):
+        return "mma.sync (HMMA)"
+    return "none"
+
+
+# ---- the worker: runs with TRITON_INTERPRET=0 in its own interpreter -------------------------------------
+
+def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | None) -> None:
+    import torch
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    class CompileOnly:
+        """Stands in for the CUDA driver: device 0 of an sm_<arch> GPU; kernels are compiled, never launched."""
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", arch, 32)
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+    driver.set_active(CompileOnly())
+    launched = []
+    jit_run = JITFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        kernel = jit_run(self, *args, grid=grid, warmup=True, **kwargs)
+        launched.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run = run
+    cuobjdump = knobs.nvidia.cuobjdump.path
+    for case in cases(preset):
+        if ops and not any(case.op.startswith(o) for o in ops):
+            continue
+        launched.clear()
+        config = _launch(case, preset, gpu, num_sms)
+        for name, kernel in launched:
+            res, opcodes = cubin_resources(kernel.asm["cubin"], cuobjdump)
+            md = kernel.metadata
+            shared = md.shared + res["static_shared"]
+            row = dict(op=case.op, shape=case.shape, m=case.m, kind=case.kind, kernel=name, config=config,
+                       num_warps=md.num_warps, num_stages=md.num_stages, **res, shared_bytes=shared,
+                       blocks_per_sm=occupancy(res["regs"], shared, md.num_warps, arch),
+                       tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
+                       opcodes=dict(opcodes),
+                       target=f"sm_{arch}", gpu=gpu, preset=preset)
+            print(json.dumps(row), flush=True)
+
+
+def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
+    """Call the op as the engine does, on CPU tensors that are never read (nothing is launched)."""
+    import torch
+
+    from tileinfer.ops import decode_attention, prefill_attention, rmsnorm, rope, skinny_gemm, swiglu, w8a16_gemm
+    from tileinfer.ops.gemm_configs import _lookup, m_bucket
+
+    c = PRESETS[preset]
+    bf16 = torch.bfloat16
+    heads, kv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    t = case.m
+    if case.op.startswith("linear"):
+        n, k = map(int, case.shape.split("x"))
+        x = torch.empty(t, k, dtype=bf16)
+        w = torch.empty(n, k, dtype=torch.int8 if case.kind == "int8" else bf16)
+        scale = torch.empty(n, dtype=torch.float32) if case.kind == "int8" else None
+        if t > skinny_gemm.MAX_M:
+            w8a16_gemm.w8a16_gemm_tiled(x, w, scale)
+            return json.dumps(w8a16_gemm._prefill_config(t))
+        cfg = _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind)
+        skinny_gemm.skinny_gemm(x, w, scale, config=cfg)
+        return json.dumps(cfg.as_dict())
+    if case.op.startswith("rms_norm"):
+        h = c["hidden_size"]
+        x = torch.empty(t, h, dtype=bf16)
+        rmsnorm.rms_norm(x, torch.empty(h, dtype=bf16), 1e-6, residual=torch.empty_like(x) if "residual" in case.op else None)
+        return ""
+    if case.op.startswith("qk_norm_rope"):
+        qkv = torch.empty(t, (heads + 2 * kv) * hd, dtype=bf16)
+        q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=1)
+        cache = torch.empty(t + 16, kv, hd, dtype=bf16)
+        cos_sin = torch.empty(t + 16, hd, dtype=torch.float32)
+        rope.qk_norm_rope(q.view(t, heads, hd), k.view(t, kv, hd), torch.empty(hd, dtype=bf16),
+                          torch.empty(hd, dtype=bf16), cos_sin, torch.zeros(t, dtype=torch.int32), 1e-6,
+                          v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
+        return ""
+    if case.op == "silu_mul":
+        swiglu.silu_mul(torch.empty(t, 2 * c["intermediate_size"], dtype=bf16))
+        return ""
+    q = torch.empty(t, heads, hd, dtype=bf16)
+    cache = torch.empty(8192 + t, kv, hd, dtype=bf16)
+    if case.op == "prefill attention":
+        prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True)
+        return ""
+    kv_len = torch.tensor([8192 + t], dtype=torch.int32)
+    decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
+                                      causal=case.op == "decode attention", num_splits=16)
+    return ""
+
+
+def main(argv=None) -> None:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m profiling.compiled")
+    p.add_argument("--worker", action="store_true")
+    p.add_argument("--preset", default="qwen3-4b")
+    p.add_argument("--arch", type=int, default=90)
+    p.add_argument("--gpu", default="NVIDIA H200")
+    p.add_argument("--num-sms", type=int, default=132)
+    p.add_argument("--ops", default=None, help="JSON list of op prefixes")
+    args = p.parse_args(argv)
+    if not args.worker:
+        p.error("run through profiling.compiled.compile_cases or `python -m profiling compiled`")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        p.error("the compile worker needs TRITON_INTERPRET=0")
+    _worker(args.preset, args.arch, args.gpu, args.num_sms, json.loads(args.ops) if args.ops else None)
+
+
+if __name__ == "__main__":
+    main()

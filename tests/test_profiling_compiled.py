@@ -1,0 +1,56 @@
+"""Kernels compiled for the H200 (sm_90) on a machine without a GPU: every launch site of a Qwen3-4B
+decode step, DFlash step and prefill chunk, with the H200's tuned GEMM configs, compiles and fits."""
+
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from profiling.cli import main
+from profiling.compiled import _SASS, cases, compile_cases, occupancy
+
+
+def test_occupancy_follows_the_sm90_limits():
+    assert occupancy(regs=32, shared=0, num_warps=4) == 16  # 64 warps per SM
+    assert occupancy(regs=128, shared=0, num_warps=4) == 4  # 128 regs × 128 threads = 16k of 64k
+    assert occupancy(regs=129, shared=0, num_warps=4) == 3  # rounded up to 136 per thread
+    assert occupancy(regs=40, shared=114688, num_warps=4) == 2  # 112 KB + 1 KB reserved, twice in 228 KB
+    assert occupancy(regs=40, shared=123904, num_warps=4) == 1
+    assert occupancy(regs=40, shared=232449, num_warps=4) == 0  # over 227 KB: cannot launch
+    assert occupancy(regs=16, shared=0, num_warps=1) == 32  # the block limit
+
+
+def test_sass_opcodes_parse_with_predicates():
+    sass = """
+        /*0070*/                   LDG.E.128.CONSTANT R4, desc[UR6][R2.64] ;
+        /*0080*/              @!P0 BRA 0x2b0 ;
+        /*0090*/               @P1 HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*00a0*/                   PRMT R7, R5, 0x7650, R7 ;
+    """
+    assert Counter(_SASS.findall(sass)) == Counter({"LDG": 1, "BRA": 1, "HGMMA": 1, "PRMT": 1})
+
+
+@pytest.mark.slow
+def test_every_launch_site_compiles_for_the_h200_and_fits():
+    table, opcodes = compile_cases("qwen3-4b", arch=90, gpu="NVIDIA H200")
+    launch_sites = {(c.op, c.shape, c.m, c.kind) for c in cases("qwen3-4b")}
+    assert set(zip(table["op"], table["shape"], table["m"], table["kind"])) == launch_sites
+    assert (table["regs"] > 0).all() and (table["regs"] <= 255).all()
+    assert (table["blocks_per_sm"] >= 1).all(), table[table["blocks_per_sm"] < 1]
+    assert (table["local_bytes"] == 0).all() and (table["stack_bytes"] == 0).all(), "a kernel spills"
+    gemm = table[table["kernel"] == "_skinny_gemm_kernel"]
+    # BF16 with M >= 4 on Hopper's wgmma; INT8 weights converted in registers go through mma.sync
+    assert set(gemm[(gemm["kind"] == "bf16") & (gemm["m"] > 1)]["tensor_cores"]) == {"wgmma (HGMMA)"}
+    assert set(gemm[(gemm["kind"] == "int8") & (gemm["m"] > 1)]["tensor_cores"]) == {"mma.sync (HMMA)"}
+    assert set(gemm[gemm["m"] == 1]["tensor_cores"]) == {"none"}
+    int8_m1 = opcodes[(opcodes["kind"] == "int8") & (opcodes["m"] == 1) & (opcodes["kernel"] == "_skinny_gemm_kernel")]
+    assert not int8_m1[int8_m1["opcode"].isin(["I2F", "I2FP"])]["count"].sum(), "int8 -> float by cvt at M = 1"
+
+
+@pytest.mark.slow
+def test_cli_writes_the_table_and_figure(tmp_path, capsys):
+    main(["compiled", "--ops", "rms_norm,silu_mul", "--out", str(tmp_path)])
+    table = pd.read_csv(tmp_path / "compiled.csv")
+    assert set(table["kernel"]) == {"_rms_norm_kernel", "_silu_mul_kernel"} and set(table["target"]) == {"sm_90"}
+    assert "resident blocks per SM" in (tmp_path / "compiled.html").read_text()
+    assert (tmp_path / "compiled_opcodes.csv").exists() and "_silu_mul_kernel" in capsys.readouterr().out
