@@ -32,6 +32,7 @@ SM_LIMITS = {
     90: dict(regs=65536, reg_unit=256, shared=233472, shared_per_block=232448, reserved_per_block=1024,
              warps=64, blocks=32),
 }
+# SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
 
@@ -113,7 +114,10 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
         raise RuntimeError(f"compiling for sm_{arch} failed:\n{done.stderr.strip()[-4000:]}")
     rows = [{**json.loads(line), **_provenance()} for line in lines]
     opcodes = pd.DataFrame([dict(op=r["op"], shape=r["shape"], m=r["m"], kind=r["kind"], kernel=r["kernel"],
-                                 opcode=o, count=n) for r in rows for o, n in r.pop("opcodes").items()])
+                                 opcode=o, count=n) for r in rows for o, n in r["opcodes"].items()])
+    for r in rows:
+        counts = r.pop("opcodes")
+        r.update({f"sass_{o}": counts.get(o, 0) for o in OPCODE_COLUMNS})
     return pd.DataFrame(rows), opcodes
 
 
