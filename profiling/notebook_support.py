@@ -232,6 +232,15 @@ _GEMM_VARIANTS = {"ours_bf16": ("ours", "bf16"), "ours_int8": ("ours", "int8"), 
                   "torch_int8_ref": ("dequantize+cublas", "int8")}
 
 
+def recorded_compiled(path=RESULTS / "compiled_sm90.csv", op_prefix=""):
+    """The recorded static resources of each launch site (`python -m profiling compiled`), one row per kernel."""
+    df = pd.read_csv(path, keep_default_na=False)
+    df = df[df["op"].str.startswith(op_prefix)]
+    cols = ["op", "shape", "m", "kind", "kernel", "num_warps", "num_stages", "regs", "local_bytes", "shared_bytes",
+            "blocks_per_sm", "tensor_cores", "sass_instructions"]
+    return df[cols].reset_index(drop=True)
+
+
 def recorded_gemms(path=RESULTS / "gemm_h200.csv", ms=(1, 16)):
     """The recorded linears of Qwen3-4B as `gemm_sweep` rows (impl, weights, time_us, gbs, floor_us)."""
     df = pd.read_csv(path).drop_duplicates(["shape", "m", "variant"], keep="last")  # the latest run appends
