@@ -32,6 +32,9 @@ SM_LIMITS = {
     90: dict(regs=65536, reg_unit=256, shared=233472, shared_per_block=232448, reserved_per_block=1024,
              warps=64, blocks=32),
 }
+H200_CLOCK_GHZ = 1.98  # the H200's datasheet boost clock: the issue floor's assumption, not a reading
+H200_READ_GBS = 4190.0  # read bandwidth measured on the H200 (FACTS.md)
+H200_BF16_TFLOPS = 679.0  # cuBLAS bf16 8192³ measured on the H200 (FACTS.md)
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -81,10 +84,26 @@ def occupancy(regs: int, shared: int, num_warps: int, arch: int = 90) -> int:
 
 _RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 _SASS = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[\w.]+)?")
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)[.\w]*\s*([^;]*);")
 
 
-def cubin_resources(cubin: bytes, cuobjdump: str) -> tuple[dict, Counter]:
-    """(registers / stack / static shared / local bytes, opcode counts) of a cubin with one kernel."""
+def main_loop(sass: str) -> Counter:
+    """Opcodes of the longest backward-branch region (a kernel's K or KV loop), once per iteration per warp."""
+    lines = [(int(a, 16), op, operands) for a, op, operands in _SASS_LINE.findall(sass)]
+    loops = []
+    for addr, op, operands in lines:
+        target = re.search(r"0x([0-9a-f]+)", operands) if op == "BRA" else None
+        if target and int(target.group(1), 16) < addr:
+            loops.append((int(target.group(1), 16), addr))
+    if not loops:
+        return Counter()
+    start, end = max(loops, key=lambda span: span[1] - span[0])
+    return Counter(op for addr, op, _ in lines if start <= addr <= end)
+
+
+def cubin_resources(cubin: bytes, cuobjdump: str) -> tuple[dict, Counter, Counter]:
+    """(registers / stack / static shared / local bytes, opcode counts, main-loop opcode counts) of a
+    cubin with one kernel."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -95,16 +114,18 @@ def cubin_resources(cubin: bytes, cuobjdump: str) -> tuple[dict, Counter]:
         raise RuntimeError(f"no resource usage in cuobjdump's output:\n{usage}")
     _, regs, stack, shared, local = match.groups()
     res = dict(regs=int(regs), stack_bytes=int(stack), static_shared=int(shared), local_bytes=int(local))
-    return res, Counter(_SASS.findall(sass))
+    return res, Counter(_SASS.findall(sass)), main_loop(sass)
 
 
 def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H200", num_sms: int = 132,
-                  ops: list[str] | None = None, timeout: float = 1800) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  ops: list[str] | None = None, clock_ghz: float = H200_CLOCK_GHZ, read_gbs: float = H200_READ_GBS,
+                  timeout: float = 1800) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per case × kernel, opcode counts in long form) for `preset` compiled for sm_<arch>,
     GEMMs with `gpu`'s tuned configs (the heuristic where it has none). `ops` keeps cases whose op
-    starts with one of them."""
+    starts with one of them. GEMM rows carry a byte floor at `read_gbs` and an issue floor at
+    `clock_ghz` (see `_gemm_floors`)."""
     cmd = [sys.executable, "-m", "profiling.compiled", "--worker", "--preset", preset, "--arch", str(arch),
-           "--gpu", gpu, "--num-sms", str(num_sms)]
+           "--gpu", gpu, "--num-sms", str(num_sms), "--clock-ghz", str(clock_ghz), "--read-gbs", str(read_gbs)]
     if ops:
         cmd += ["--ops", json.dumps(ops)]
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": _pythonpath()}
@@ -114,9 +135,12 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
         raise RuntimeError(f"compiling for sm_{arch} failed:\n{done.stderr.strip()[-4000:]}")
     rows = [{**json.loads(line), **_provenance()} for line in lines]
     opcodes = pd.DataFrame([dict(op=r["op"], shape=r["shape"], m=r["m"], kind=r["kind"], kernel=r["kernel"],
-                                 opcode=o, count=n) for r in rows for o, n in r["opcodes"].items()])
+                                 where=where, opcode=o, count=n)
+                            for r in rows for where, key in (("kernel", "opcodes"), ("main loop", "loop_opcodes"))
+                            for o, n in r[key].items()])
     for r in rows:
         counts = r.pop("opcodes")
+        r.pop("loop_opcodes")
         r.update({f"sass_{o}": counts.get(o, 0) for o in OPCODE_COLUMNS})
     return pd.DataFrame(rows), opcodes
 
@@ -135,6 +159,31 @@ def _pythonpath() -> str:
     return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
 
+def _gemm_floors(kernel: str, grid: tuple, args: dict, loop_instructions: int, num_warps: int, case: Case,
+                 clock_ghz: float, num_sms: int, read_gbs: float) -> dict:
+    """For a GEMM's main kernel, in µs: the byte floor (weights + x + y ÷ read bandwidth), the FLOP floor
+    (÷ the H200's measured BF16 rate) and the issue floor (main-loop SASS × warps × programs × trips ÷
+    4 warp-instructions per SM per clock). An issue floor near the larger of the other two means the
+    kernel cannot reach that floor however well its loads overlap."""
+    if kernel == "_skinny_gemm_kernel":
+        trips = -(-args["k_per_split"] // args["BLOCK_K"])
+    elif kernel == "_w8a16_gemm_kernel":
+        trips = -(-args["K"] // args["BLOCK_K"])
+    else:
+        return {}
+    n, k = map(int, case.shape.split("x"))
+    programs = 1
+    for g in grid:
+        programs *= g
+    warp_instructions = loop_instructions * num_warps * programs * trips
+    issue_us = warp_instructions / (num_sms * 4 * clock_ghz * 1e3)
+    weight_bytes = n * k * (1 if case.kind == "int8" else 2)
+    byte_us = (weight_bytes + 2 * case.m * (n + k)) / (read_gbs * 1e3)
+    flop_us = 2 * case.m * n * k / (H200_BF16_TFLOPS * 1e6)
+    return dict(loop_trips=trips, programs=programs, byte_floor_us=byte_us, flop_floor_us=flop_us,
+                issue_floor_us=issue_us, issue_over_floor=issue_us / max(byte_us, flop_us))
+
+
 def _tensor_cores(opcodes: Counter) -> str:
     if opcodes.get("HGMMA"):
         return "wgmma (HGMMA)"
@@ -145,7 +194,8 @@ def _tensor_cores(opcodes: Counter) -> str:
 
 # ---- the worker: runs with TRITON_INTERPRET=0 in its own interpreter -------------------------------------
 
-def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | None) -> None:
+def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | None, clock_ghz: float,
+            read_gbs: float) -> None:
     import torch
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -172,7 +222,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
 
     def run(self, *args, grid, warmup, **kwargs):
         kernel = jit_run(self, *args, grid=grid, warmup=True, **kwargs)
-        launched.append((self.fn.__name__, kernel))
+        launched.append((self.fn.__name__, kernel, tuple(grid), {**dict(zip(self.arg_names, args)), **kwargs}))
         return kernel
 
     JITFunction.run = run
@@ -182,15 +232,17 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
             continue
         launched.clear()
         config = _launch(case, preset, gpu, num_sms)
-        for name, kernel in launched:
-            res, opcodes = cubin_resources(kernel.asm["cubin"], cuobjdump)
+        for name, kernel, grid, kernel_args in launched:
+            res, opcodes, loop = cubin_resources(kernel.asm["cubin"], cuobjdump)
             md = kernel.metadata
             shared = md.shared + res["static_shared"]
             row = dict(op=case.op, shape=case.shape, m=case.m, kind=case.kind, kernel=name, config=config,
                        num_warps=md.num_warps, num_stages=md.num_stages, **res, shared_bytes=shared,
                        blocks_per_sm=occupancy(res["regs"], shared, md.num_warps, arch),
                        tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
-                       opcodes=dict(opcodes),
+                       loop_instructions=sum(loop.values()), opcodes=dict(opcodes), loop_opcodes=dict(loop),
+                       **_gemm_floors(name, grid, kernel_args, sum(loop.values()), md.num_warps, case, clock_ghz,
+                                      num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)
 
@@ -254,12 +306,15 @@ def main(argv=None) -> None:
     p.add_argument("--gpu", default="NVIDIA H200")
     p.add_argument("--num-sms", type=int, default=132)
     p.add_argument("--ops", default=None, help="JSON list of op prefixes")
+    p.add_argument("--clock-ghz", type=float, default=H200_CLOCK_GHZ)
+    p.add_argument("--read-gbs", type=float, default=H200_READ_GBS)
     args = p.parse_args(argv)
     if not args.worker:
         p.error("run through profiling.compiled.compile_cases or `python -m profiling compiled`")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("the compile worker needs TRITON_INTERPRET=0")
-    _worker(args.preset, args.arch, args.gpu, args.num_sms, json.loads(args.ops) if args.ops else None)
+    _worker(args.preset, args.arch, args.gpu, args.num_sms, json.loads(args.ops) if args.ops else None,
+            args.clock_ghz, args.read_gbs)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from profiling.cli import main
-from profiling.compiled import _SASS, cases, compile_cases, occupancy
+from profiling.compiled import _SASS, cases, compile_cases, main_loop, occupancy
 
 
 def test_occupancy_follows_the_sm90_limits():
@@ -30,6 +30,20 @@ def test_sass_opcodes_parse_with_predicates():
     assert Counter(_SASS.findall(sass)) == Counter({"LDG": 1, "BRA": 1, "HGMMA": 1, "PRMT": 1})
 
 
+def test_main_loop_is_the_longest_backward_branch():
+    sass = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0020*/                   FFMA R3, R2, R2, R3 ;
+        /*0030*/                   PRMT R7, R5, 0x7650, R7 ;
+        /*0040*/               @P0 BRA 0x10 ;
+        /*0050*/                   STG.E desc[UR4][R4.64], R3 ;
+        /*0060*/                   BRA 0x60 ;
+    """
+    assert main_loop(sass) == Counter({"LDG": 1, "FFMA": 1, "PRMT": 1, "BRA": 1})
+    assert main_loop("/*0000*/ EXIT ;") == Counter()
+
+
 @pytest.mark.slow
 def test_every_launch_site_compiles_for_the_h200_and_fits():
     table, opcodes = compile_cases("qwen3-4b", arch=90, gpu="NVIDIA H200")
@@ -43,7 +57,12 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     assert set(gemm[(gemm["kind"] == "bf16") & (gemm["m"] > 1)]["tensor_cores"]) == {"wgmma (HGMMA)"}
     assert set(gemm[(gemm["kind"] == "int8") & (gemm["m"] > 1)]["tensor_cores"]) == {"mma.sync (HMMA)"}
     assert set(gemm[gemm["m"] == 1]["tensor_cores"]) == {"none"}
-    int8_m1 = opcodes[(opcodes["kind"] == "int8") & (opcodes["m"] == 1) & (opcodes["kernel"] == "_skinny_gemm_kernel")]
+    mains = table[table["kernel"].isin(["_skinny_gemm_kernel", "_w8a16_gemm_kernel"])]
+    assert (mains["loop_instructions"] > 0).all() and (mains["byte_floor_us"] > 0).all()
+    # every decode-sized GEMM issues few enough instructions to reach its byte floor
+    assert (mains[mains["m"] <= 16]["issue_over_floor"] < 1).all(), mains[["op", "m", "kind", "issue_over_floor"]]
+    int8_m1 = opcodes[(opcodes["kind"] == "int8") & (opcodes["m"] == 1) & (opcodes["kernel"] == "_skinny_gemm_kernel")
+                      & (opcodes["where"] == "kernel")]
     assert not int8_m1[int8_m1["opcode"].isin(["I2F", "I2FP"])]["count"].sum(), "int8 -> float by cvt at M = 1"
 
 
