@@ -158,7 +158,7 @@ def _compiled(args):
     _write(out, "compiled", table, {"": plots.compiled_figure(table)})
     _write(out, "compiled_opcodes", opcodes, {})
     cols = ["op", "shape", "m", "kind", "kernel", "num_warps", "regs", "local_bytes", "shared_bytes", "blocks_per_sm",
-            "tensor_cores", "loop_instructions", "issue_over_floor"]
+            "tensor_cores", "loop_instructions", "binding_pipe", "instruction_over_floor"]
     print(table[[c for c in cols if c in table]].round(2).to_string(index=False))
 
 

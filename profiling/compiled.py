@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +35,19 @@ SM_LIMITS = {
 H200_CLOCK_GHZ = 1.98  # the H200's datasheet boost clock: the issue floor's assumption, not a reading
 H200_READ_GBS = 4190.0  # read bandwidth measured on the H200 (FACTS.md)
 H200_BF16_TFLOPS = 679.0  # cuBLAS bf16 8192³ measured on the H200 (FACTS.md)
+# Warp-instructions per SM per clock for compute capability 9.0 (the CUDA C++ Programming Guide's
+# arithmetic-instruction throughput table ÷ 32 lanes) and the SASS opcodes each pipe runs. Tensor-core
+# and memory instructions are left to the FLOP and byte floors.
+ISSUE_PER_CLOCK = 4
+PIPES = {
+    "fp32": (4, ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP", "FSEL")),
+    "fp16x2": (4, ("HADD2", "HMUL2", "HFMA2")),
+    "int": (2, ("IADD3", "VIADD", "IMAD", "LOP3", "SHF", "SEL", "ISETP", "PRMT", "LEA", "IABS", "IMNMX", "SGXT",
+                "BMSK")),
+    "conversion": (0.5, ("I2F", "F2I", "F2F", "I2FP", "F2FP", "FRND")),
+    "mufu": (0.5, ("MUFU",)),
+    "shuffle": (1, ("SHFL",)),
+}
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -47,6 +60,7 @@ class Case:
     shape: str
     m: int | None = None  # rows of a GEMM (tokens)
     kind: str = ""  # "bf16" / "int8" for GEMMs
+    config: str = ""  # a skinny GEMM's GemmConfig as JSON; "" for the tuned one
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = 5, chunk: int = 4096) -> list[Case]:
@@ -69,6 +83,21 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = 5, chunk: int = 4096) -> l
     out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
     return out
+
+
+def gemm_variants(name: str, m: int, kind: str, configs, preset: str = "qwen3-4b", **kw) -> pd.DataFrame:
+    """Launch configs of one skinny GEMM compared without timing them: each config's main-loop SASS,
+    conversion opcodes, instruction floor and binding pipe, registers and blocks per SM. `configs`: GemmConfig objects."""
+    site = next(c for c in cases(preset) if c.op == f"linear {name}" and c.m == m and c.kind == kind)
+    chosen = [Case(site.op, site.shape, m, kind, json.dumps(c.as_dict())) for c in configs]
+    table, opcodes = compile_cases(preset, chosen=chosen, **kw)
+    mains = (opcodes["where"] == "main loop") & (opcodes["kernel"] == "_skinny_gemm_kernel")
+    loops = opcodes[mains].pivot_table(
+        index="config", columns="opcode", values="count", aggfunc="sum", fill_value=0)
+    main = table[table["kernel"] == "_skinny_gemm_kernel"].set_index("config")
+    for opcode in ("PRMT", "LOP3", "HADD2", "I2F", "HMMA", "HGMMA"):
+        main[f"loop_{opcode}"] = loops[opcode] if opcode in loops else 0
+    return main.reset_index().sort_values("instruction_floor_us")
 
 
 def occupancy(regs: int, shared: int, num_warps: int, arch: int = 90) -> int:
@@ -119,15 +148,17 @@ def cubin_resources(cubin: bytes, cuobjdump: str) -> tuple[dict, Counter, Counte
 
 def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H200", num_sms: int = 132,
                   ops: list[str] | None = None, clock_ghz: float = H200_CLOCK_GHZ, read_gbs: float = H200_READ_GBS,
-                  timeout: float = 1800) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  chosen: list[Case] | None = None, timeout: float = 1800) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per case × kernel, opcode counts in long form) for `preset` compiled for sm_<arch>,
     GEMMs with `gpu`'s tuned configs (the heuristic where it has none). `ops` keeps cases whose op
-    starts with one of them. GEMM rows carry a byte floor at `read_gbs` and an issue floor at
-    `clock_ghz` (see `_gemm_floors`)."""
+    starts with one of them; `chosen` replaces the launch sites (e.g. `gemm_variants`). GEMM rows carry a
+    byte floor at `read_gbs`, an issue floor at `clock_ghz` and an instruction floor (see `_gemm_floors`)."""
     cmd = [sys.executable, "-m", "profiling.compiled", "--worker", "--preset", preset, "--arch", str(arch),
            "--gpu", gpu, "--num-sms", str(num_sms), "--clock-ghz", str(clock_ghz), "--read-gbs", str(read_gbs)]
     if ops:
         cmd += ["--ops", json.dumps(ops)]
+    if chosen:
+        cmd += ["--cases", json.dumps([asdict(c) for c in chosen])]
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": _pythonpath()}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -135,7 +166,7 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
         raise RuntimeError(f"compiling for sm_{arch} failed:\n{done.stderr.strip()[-4000:]}")
     rows = [{**json.loads(line), **_provenance()} for line in lines]
     opcodes = pd.DataFrame([dict(op=r["op"], shape=r["shape"], m=r["m"], kind=r["kind"], kernel=r["kernel"],
-                                 where=where, opcode=o, count=n)
+                                 config=r["config"], where=where, opcode=o, count=n)
                             for r in rows for where, key in (("kernel", "opcodes"), ("main loop", "loop_opcodes"))
                             for o, n in r[key].items()])
     for r in rows:
@@ -159,12 +190,13 @@ def _pythonpath() -> str:
     return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
 
-def _gemm_floors(kernel: str, grid: tuple, args: dict, loop_instructions: int, num_warps: int, case: Case,
+def _gemm_floors(kernel: str, grid: tuple, args: dict, loop: Counter, num_warps: int, case: Case,
                  clock_ghz: float, num_sms: int, read_gbs: float) -> dict:
     """For a GEMM's main kernel, in µs: the byte floor (weights + x + y ÷ read bandwidth), the FLOP floor
-    (÷ the H200's measured BF16 rate) and the issue floor (main-loop SASS × warps × programs × trips ÷
-    4 warp-instructions per SM per clock). An issue floor near the larger of the other two means the
-    kernel cannot reach that floor however well its loads overlap."""
+    (÷ the H200's measured BF16 rate), and the instruction floor: the main loop's SASS run by every
+    warp of every program on every trip, through its busiest pipe (`PIPES`) or the schedulers' 4 issues
+    per SM per clock, whichever takes longer. An instruction floor near the larger of the other two
+    means the kernel cannot reach that floor however well its loads overlap."""
     if kernel == "_skinny_gemm_kernel":
         trips = -(-args["k_per_split"] // args["BLOCK_K"])
     elif kernel == "_w8a16_gemm_kernel":
@@ -175,13 +207,18 @@ def _gemm_floors(kernel: str, grid: tuple, args: dict, loop_instructions: int, n
     programs = 1
     for g in grid:
         programs *= g
-    warp_instructions = loop_instructions * num_warps * programs * trips
-    issue_us = warp_instructions / (num_sms * 4 * clock_ghz * 1e3)
+    per_us = num_sms * clock_ghz * 1e3 / (num_warps * programs * trips)  # SM-clocks per µs per warp-iteration
+    clocks = {"issue": sum(loop.values()) / ISSUE_PER_CLOCK}
+    for pipe, (rate, opcodes) in PIPES.items():
+        clocks[pipe] = sum(loop.get(o, 0) for o in opcodes) / rate
+    binding = max(clocks, key=clocks.get)
     weight_bytes = n * k * (1 if case.kind == "int8" else 2)
     byte_us = (weight_bytes + 2 * case.m * (n + k)) / (read_gbs * 1e3)
     flop_us = 2 * case.m * n * k / (H200_BF16_TFLOPS * 1e6)
+    instruction_us = clocks[binding] / per_us
     return dict(loop_trips=trips, programs=programs, byte_floor_us=byte_us, flop_floor_us=flop_us,
-                issue_floor_us=issue_us, issue_over_floor=issue_us / max(byte_us, flop_us))
+                issue_floor_us=clocks["issue"] / per_us, instruction_floor_us=instruction_us,
+                binding_pipe=binding, instruction_over_floor=instruction_us / max(byte_us, flop_us))
 
 
 def _tensor_cores(opcodes: Counter) -> str:
@@ -195,7 +232,7 @@ def _tensor_cores(opcodes: Counter) -> str:
 # ---- the worker: runs with TRITON_INTERPRET=0 in its own interpreter -------------------------------------
 
 def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | None, clock_ghz: float,
-            read_gbs: float) -> None:
+            read_gbs: float, chosen: list[Case] | None = None) -> None:
     import torch
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -227,7 +264,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
 
     JITFunction.run = run
     cuobjdump = knobs.nvidia.cuobjdump.path
-    for case in cases(preset):
+    for case in chosen or cases(preset):
         if ops and not any(case.op.startswith(o) for o in ops):
             continue
         launched.clear()
@@ -241,7 +278,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
                        blocks_per_sm=occupancy(res["regs"], shared, md.num_warps, arch),
                        tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
                        loop_instructions=sum(loop.values()), opcodes=dict(opcodes), loop_opcodes=dict(loop),
-                       **_gemm_floors(name, grid, kernel_args, sum(loop.values()), md.num_warps, case, clock_ghz,
+                       **_gemm_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz,
                                       num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)
@@ -252,7 +289,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     import torch
 
     from tileinfer.ops import decode_attention, prefill_attention, rmsnorm, rope, skinny_gemm, swiglu, w8a16_gemm
-    from tileinfer.ops.gemm_configs import _lookup, m_bucket
+    from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
 
     c = PRESETS[preset]
     bf16 = torch.bfloat16
@@ -266,7 +303,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         if t > skinny_gemm.MAX_M:
             w8a16_gemm.w8a16_gemm_tiled(x, w, scale)
             return json.dumps(w8a16_gemm._prefill_config(t))
-        cfg = _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind)
+        cfg = (GemmConfig(**json.loads(case.config)) if case.config
+               else _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind))
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg)
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
@@ -306,6 +344,7 @@ def main(argv=None) -> None:
     p.add_argument("--gpu", default="NVIDIA H200")
     p.add_argument("--num-sms", type=int, default=132)
     p.add_argument("--ops", default=None, help="JSON list of op prefixes")
+    p.add_argument("--cases", default=None, help="JSON list of Case fields (default: every launch site)")
     p.add_argument("--clock-ghz", type=float, default=H200_CLOCK_GHZ)
     p.add_argument("--read-gbs", type=float, default=H200_READ_GBS)
     args = p.parse_args(argv)
@@ -313,8 +352,9 @@ def main(argv=None) -> None:
         p.error("run through profiling.compiled.compile_cases or `python -m profiling compiled`")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("the compile worker needs TRITON_INTERPRET=0")
+    chosen = [Case(**c) for c in json.loads(args.cases)] if args.cases else None
     _worker(args.preset, args.arch, args.gpu, args.num_sms, json.loads(args.ops) if args.ops else None,
-            args.clock_ghz, args.read_gbs)
+            args.clock_ghz, args.read_gbs, chosen)
 
 
 if __name__ == "__main__":

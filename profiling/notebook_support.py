@@ -237,7 +237,8 @@ def recorded_compiled(path=RESULTS / "compiled_sm90.csv", op_prefix=""):
     df = pd.read_csv(path, keep_default_na=False)
     df = df[df["op"].str.startswith(op_prefix)]
     cols = ["op", "shape", "m", "kind", "kernel", "num_warps", "num_stages", "regs", "local_bytes", "shared_bytes",
-            "blocks_per_sm", "tensor_cores", "loop_instructions", "byte_floor_us", "issue_floor_us"]
+            "blocks_per_sm", "tensor_cores", "loop_instructions", "byte_floor_us", "instruction_floor_us",
+            "binding_pipe"]
     return df[[c for c in cols if c in df]].reset_index(drop=True)
 
 
