@@ -152,7 +152,7 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
     """(one row per case × kernel, opcode counts in long form) for `preset` compiled for sm_<arch>,
     GEMMs with `gpu`'s tuned configs (the heuristic where it has none). `ops` keeps cases whose op
     starts with one of them; `chosen` replaces the launch sites (e.g. `gemm_variants`). GEMM rows carry a
-    byte floor at `read_gbs`, an issue floor at `clock_ghz` and an instruction floor (see `_gemm_floors`)."""
+    byte floor at `read_gbs`, an issue floor at `clock_ghz` and an instruction floor (see `_floors`)."""
     cmd = [sys.executable, "-m", "profiling.compiled", "--worker", "--preset", preset, "--arch", str(arch),
            "--gpu", gpu, "--num-sms", str(num_sms), "--clock-ghz", str(clock_ghz), "--read-gbs", str(read_gbs)]
     if ops:
@@ -190,20 +190,33 @@ def _pythonpath() -> str:
     return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
 
-def _gemm_floors(kernel: str, grid: tuple, args: dict, loop: Counter, num_warps: int, case: Case,
-                 clock_ghz: float, num_sms: int, read_gbs: float) -> dict:
-    """For a GEMM's main kernel, in µs: the byte floor (weights + x + y ÷ read bandwidth), the FLOP floor
-    (÷ the H200's measured BF16 rate), and the instruction floor: the main loop's SASS run by every
-    warp of every program on every trip, through its busiest pipe (`PIPES`) or the schedulers' 4 issues
-    per SM per clock, whichever takes longer. An instruction floor near the larger of the other two
-    means the kernel cannot reach that floor however well its loads overlap."""
-    if kernel == "_skinny_gemm_kernel":
-        trips = -(-args["k_per_split"] // args["BLOCK_K"])
-    elif kernel == "_w8a16_gemm_kernel":
-        trips = -(-args["K"] // args["BLOCK_K"])
-    else:
+def _work(kernel: str, grid: tuple, args: dict, case: Case) -> tuple[int, float, float] | None:
+    """(main-loop trips per program, bytes that must move, FLOPs) of a GEMM or split-KV attention launch."""
+    if kernel in ("_skinny_gemm_kernel", "_w8a16_gemm_kernel"):
+        n, k = map(int, case.shape.split("x"))
+        span = args["k_per_split"] if kernel == "_skinny_gemm_kernel" else args["K"]
+        weight_bytes = n * k * (1 if case.kind == "int8" else 2)
+        return -(-span // args["BLOCK_K"]), weight_bytes + 2 * case.m * (n + k), 2 * case.m * n * k
+    if kernel == "_split_kv_attention_kernel":
+        kv_len, splits, hd = int(args["KV_LEN"].item()), args["num_splits"], args["HEAD_DIM"]
+        kv_heads, t, group = grid[0], args["NUM_Q_TOKENS"], args["GROUP"]
+        trips = -(-(-(-kv_len // splits)) // args["BLOCK_N"])
+        return trips, 2 * kv_len * kv_heads * hd * 2, 4 * t * group * kv_heads * kv_len * hd
+    return None
+
+
+def _floors(kernel: str, grid: tuple, args: dict, loop: Counter, num_warps: int, case: Case,
+            clock_ghz: float, num_sms: int, read_gbs: float) -> dict:
+    """For a GEMM's or split-KV attention's main kernel, in µs: the byte floor (what must be read or
+    written ÷ read bandwidth), the FLOP floor (÷ the H200's measured BF16 rate), and the instruction
+    floor: the main loop's SASS run by every warp of every program on every trip, through its busiest
+    pipe (`PIPES`) or the schedulers' 4 issues per SM per clock, whichever takes longer. An
+    instruction floor near the larger of the other two means the kernel cannot reach that floor
+    however well its loads overlap."""
+    work = _work(kernel, grid, args, case)
+    if work is None:
         return {}
-    n, k = map(int, case.shape.split("x"))
+    trips, nbytes, flops = work
     programs = 1
     for g in grid:
         programs *= g
@@ -212,9 +225,8 @@ def _gemm_floors(kernel: str, grid: tuple, args: dict, loop: Counter, num_warps:
     for pipe, (rate, opcodes) in PIPES.items():
         clocks[pipe] = sum(loop.get(o, 0) for o in opcodes) / rate
     binding = max(clocks, key=clocks.get)
-    weight_bytes = n * k * (1 if case.kind == "int8" else 2)
-    byte_us = (weight_bytes + 2 * case.m * (n + k)) / (read_gbs * 1e3)
-    flop_us = 2 * case.m * n * k / (H200_BF16_TFLOPS * 1e6)
+    byte_us = nbytes / (read_gbs * 1e3)
+    flop_us = flops / (H200_BF16_TFLOPS * 1e6)
     instruction_us = clocks[binding] / per_us
     return dict(loop_trips=trips, programs=programs, byte_floor_us=byte_us, flop_floor_us=flop_us,
                 issue_floor_us=clocks["issue"] / per_us, instruction_floor_us=instruction_us,
@@ -278,7 +290,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
                        blocks_per_sm=occupancy(res["regs"], shared, md.num_warps, arch),
                        tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
                        loop_instructions=sum(loop.values()), opcodes=dict(opcodes), loop_opcodes=dict(loop),
-                       **_gemm_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz,
+                       **_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz,
                                       num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)

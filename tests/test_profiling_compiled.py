@@ -61,6 +61,10 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     mains = table[table["kernel"].isin(["_skinny_gemm_kernel", "_w8a16_gemm_kernel"])]
     assert (mains["loop_instructions"] > 0).all() and (mains["byte_floor_us"] > 0).all()
     assert (mains["instruction_floor_us"] >= mains["issue_floor_us"]).all()
+    attention = table[table["kernel"] == "_split_kv_attention_kernel"]
+    assert len(attention) == 3 and (attention["instruction_floor_us"] > 0).all()
+    kv_bytes = 2 * (8192 + attention["m"]) * 8 * 128 * 2  # K and V of 8 KV heads over the 8k cache + block
+    assert (attention["byte_floor_us"] - kv_bytes / 4.19e6).abs().max() < 1e-6
     # BF16 decode GEMMs need well under their byte floor's time to issue their instructions
     bf16 = mains[(mains["m"] <= 16) & (mains["kind"] == "bf16")]
     assert (bf16["instruction_over_floor"] < 0.5).all(), bf16[["op", "m", "instruction_over_floor"]]
