@@ -48,6 +48,7 @@ PIPES = {
     "mufu": (0.5, ("MUFU",)),
     "shuffle": (1, ("SHFL",)),
 }
+CONTEXT = 8192  # cached positions the attention sites read: the comparison's 8k point
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -86,8 +87,8 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = 5, chunk: int = 4096) -> l
 
 
 def gemm_variants(name: str, m: int, kind: str, configs, preset: str = "qwen3-4b", **kw) -> pd.DataFrame:
-    """Launch configs of one skinny GEMM compared without timing them: each config's main-loop SASS,
-    conversion opcodes, instruction floor and binding pipe, registers and blocks per SM. `configs`: GemmConfig objects."""
+    """Launch configs (GemmConfig objects) of one skinny GEMM compared without timing them: each one's
+    main-loop SASS, conversion opcodes, instruction floor and binding pipe, registers and blocks per SM."""
     site = next(c for c in cases(preset) if c.op == f"linear {name}" and c.m == m and c.kind == kind)
     chosen = [Case(site.op, site.shape, m, kind, json.dumps(c.as_dict())) for c in configs]
     table, opcodes = compile_cases(preset, chosen=chosen, **kw)
@@ -290,8 +291,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
                        blocks_per_sm=occupancy(res["regs"], shared, md.num_warps, arch),
                        tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
                        loop_instructions=sum(loop.values()), opcodes=dict(opcodes), loop_opcodes=dict(loop),
-                       **_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz,
-                                      num_sms, read_gbs),
+                       **_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz, num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)
 
@@ -301,6 +301,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     import torch
 
     from tileinfer.ops import decode_attention, prefill_attention, rmsnorm, rope, skinny_gemm, swiglu, w8a16_gemm
+    from tileinfer.ops.attention import default_num_splits
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
 
     c = PRESETS[preset]
@@ -322,7 +323,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     if case.op.startswith("rms_norm"):
         h = c["hidden_size"]
         x = torch.empty(t, h, dtype=bf16)
-        rmsnorm.rms_norm(x, torch.empty(h, dtype=bf16), 1e-6, residual=torch.empty_like(x) if "residual" in case.op else None)
+        residual = torch.empty_like(x) if "residual" in case.op else None
+        rmsnorm.rms_norm(x, torch.empty(h, dtype=bf16), 1e-6, residual=residual)
         return ""
     if case.op.startswith("qk_norm_rope"):
         qkv = torch.empty(t, (heads + 2 * kv) * hd, dtype=bf16)
@@ -337,13 +339,13 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         swiglu.silu_mul(torch.empty(t, 2 * c["intermediate_size"], dtype=bf16))
         return ""
     q = torch.empty(t, heads, hd, dtype=bf16)
-    cache = torch.empty(8192 + t, kv, hd, dtype=bf16)
+    cache = torch.empty(CONTEXT + t, kv, hd, dtype=bf16)
     if case.op == "prefill attention":
         prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True)
         return ""
-    kv_len = torch.tensor([8192 + t], dtype=torch.int32)
-    decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
-                                      causal=case.op == "decode attention", num_splits=16)
+    kv_len = torch.tensor([CONTEXT + t], dtype=torch.int32)
+    decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len, causal=case.op == "decode attention",
+                                      num_splits=default_num_splits(CONTEXT + t, t))
     return ""
 
 
