@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from profiling.ceilings import H200
 from tileinfer.random_weights import PRESETS
 
 # Per-SM limits by compute capability (CUDA occupancy rules; Hopper keeps 1 KB of shared memory per block).
@@ -33,8 +34,6 @@ SM_LIMITS = {
              warps=64, blocks=32),
 }
 H200_CLOCK_GHZ = 1.98  # the H200's datasheet boost clock: the issue floor's assumption, not a reading
-H200_READ_GBS = 4190.0  # read bandwidth measured on the H200 (FACTS.md)
-H200_BF16_TFLOPS = 679.0  # cuBLAS bf16 8192³ measured on the H200 (FACTS.md)
 # Warp-instructions per SM per clock for compute capability 9.0 (the CUDA C++ Programming Guide's
 # arithmetic-instruction throughput table ÷ 32 lanes) and the SASS opcodes each pipe runs. Tensor-core
 # and memory instructions are left to the FLOP and byte floors.
@@ -148,7 +147,7 @@ def cubin_resources(cubin: bytes, cuobjdump: str) -> tuple[dict, Counter, Counte
 
 
 def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H200", num_sms: int = 132,
-                  ops: list[str] | None = None, clock_ghz: float = H200_CLOCK_GHZ, read_gbs: float = H200_READ_GBS,
+                  ops: list[str] | None = None, clock_ghz: float = H200_CLOCK_GHZ, read_gbs: float = H200.read_gbs,
                   chosen: list[Case] | None = None, timeout: float = 1800) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per case × kernel, opcode counts in long form) for `preset` compiled for sm_<arch>,
     GEMMs with `gpu`'s tuned configs (the heuristic where it has none). `ops` keeps cases whose op
@@ -178,12 +177,11 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
 
 
 def _provenance() -> dict:
-    import torch
-    import triton
-
-    from profiling.env import git_revision
-    return dict(device="none: compiled, not run", torch=torch.__version__, triton=triton.__version__,
-                git_rev=git_revision())
+    """torch / triton / git revision of this machine; the target GPU is the row's own `gpu`."""
+    from profiling.env import run_info
+    info = run_info("cpu")
+    del info["gpu"]
+    return {**info, "device": "none: compiled, not run"}
 
 
 def _pythonpath() -> str:
@@ -227,7 +225,7 @@ def _floors(kernel: str, grid: tuple, args: dict, loop: Counter, num_warps: int,
         clocks[pipe] = sum(loop.get(o, 0) for o in opcodes) / rate
     binding = max(clocks, key=clocks.get)
     byte_us = nbytes / (read_gbs * 1e3)
-    flop_us = flops / (H200_BF16_TFLOPS * 1e6)
+    flop_us = flops / (H200.bf16_tflops * 1e6)
     instruction_us = clocks[binding] / per_us
     return dict(loop_trips=trips, programs=programs, byte_floor_us=byte_us, flop_floor_us=flop_us,
                 issue_floor_us=clocks["issue"] / per_us, instruction_floor_us=instruction_us,
@@ -360,7 +358,7 @@ def main(argv=None) -> None:
     p.add_argument("--ops", default=None, help="JSON list of op prefixes")
     p.add_argument("--cases", default=None, help="JSON list of Case fields (default: every launch site)")
     p.add_argument("--clock-ghz", type=float, default=H200_CLOCK_GHZ)
-    p.add_argument("--read-gbs", type=float, default=H200_READ_GBS)
+    p.add_argument("--read-gbs", type=float, default=H200.read_gbs)
     args = p.parse_args(argv)
     if not args.worker:
         p.error("run through profiling.compiled.compile_cases or `python -m profiling compiled`")
