@@ -1,5 +1,5 @@
 """Live split-KV explorer: sliders for num_splits, kv_len and q_len re-time `decode_attention` and
-update a plotly FigureWidget, beside the recorded (or swept) split curves.
+redraw a plotly figure, beside the recorded (or swept) split curves.
 
     explorer = SplitExplorer()
     explorer.widget            # sliders + live figure + sweep curves
@@ -20,6 +20,18 @@ GPU_SHAPE = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, kv_len=8192, max_
 CPU_SHAPE = dict(num_q_heads=4, num_kv_heads=2, head_dim=16, kv_len=256, max_kv_len=1024, max_splits=16)
 
 
+def show(output, fig):
+    """Make `output` (an ipywidgets Output) show `fig` through plotly's mimetype renderer, in one state change.
+
+    Not a FigureWidget: its anywidget front end gives up after 2 s of loading plotly's 5 MB bundle and then
+    drops every update, which a busy machine's browser reaches.
+    """
+    import plotly.io as pio
+
+    bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+    output.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+
+
 def _sdpa(q, k_cache, v_cache, kv_len):
     import torch.nn.functional as F
     from torch.nn.attention.bias import causal_lower_right
@@ -31,9 +43,9 @@ def _sdpa(q, k_cache, v_cache, kv_len):
 
 
 class SplitExplorer:
-    """Sliders → `on_change` → one timing of `decode_attention` → the live figure's traces.
+    """Sliders → `on_change` → one timing of `decode_attention` → the live figure's traces, redrawn.
 
-    Live figure traces: 0 — this (kv_len, q_len) over the split counts timed so far; 1 — the current
+    `figure` holds the live figure's state and `live_view` shows it. Its traces: 0 — this (kv_len, q_len) over the split counts timed so far; 1 — the current
     point; 2 — SDPA at this (kv_len, q_len). `sweep` (a DataFrame in `attention_sweep` form, e.g.
     `notebook_support.recorded_attention()`) is drawn beside it with `split_curves_figure`.
     """
@@ -70,7 +82,7 @@ class SplitExplorer:
         self.q_slider = w.IntSlider(value=q_len, min=1, max=16, description="q_len", **style)
         self.status = w.HTML()
         where = run_info(self.device)["gpu"]
-        self.figure = go.FigureWidget(
+        self.figure = go.Figure(
             data=[go.Scatter(x=[], y=[], mode="lines+markers", name="decode_attention (timed here)"),
                   go.Scatter(x=[], y=[], mode="markers", marker=dict(size=14, symbol="circle-open", line_width=3),
                              name="current"),
@@ -78,20 +90,24 @@ class SplitExplorer:
             layout=dict(title=f"Live: split-KV decode attention — {where}", xaxis=dict(title="num_splits", type="log"),
                         yaxis=dict(title="time (µs, median)", rangemode="tozero"), width=470, height=400,
                         legend=dict(orientation="h", y=-0.2), margin=dict(t=50, l=60, r=20, b=40)))
-        children = [self.figure]
+        self.live_view = w.Output()
+        children = [self.live_view]
         self.sweep_figure = None
         if sweep is not None and len(sweep):
             from profiling.plots import split_curves_figure
-            fig = split_curves_figure(sweep, title="Split curves")
-            fig.update_layout(width=470, height=400, margin=dict(t=50, l=60, r=20, b=40), legend=dict(font_size=9))
-            self.sweep_figure = go.FigureWidget(fig)
-            children.append(self.sweep_figure)
+            self.sweep_figure = split_curves_figure(sweep, title="Split curves")
+            self.sweep_figure.update_layout(width=470, height=400, margin=dict(t=50, l=60, r=20, b=40),
+                                            legend=dict(font_size=9))
+            children.append(w.Output())
+            show(children[-1], self.sweep_figure)
         for slider in (self.split_slider, self.kv_slider, self.q_slider):
             slider.observe(self.on_change, names="value")
         self.widget = w.VBox([w.HBox([self.split_slider, self.kv_slider, self.q_slider]), self.status,
                               w.HBox(children)])
         if measure_now:
             self.on_change()
+        else:
+            show(self.live_view, self.figure)
 
     def _pool(self, kv_len, q_len):
         key = (kv_len, q_len)
@@ -146,6 +162,7 @@ class SplitExplorer:
             self.figure.data[2].update(x=[lo, hi], y=[sdpa, sdpa], name=f"SDPA kv {kv_len}, q {q_len}")
             self.figure.layout.title.text = (f"Live ({run_info(self.device)['gpu']}): {splits} splits → "
                                              f"{t_us:,.1f} µs, SDPA {sdpa:,.1f} µs")
+        show(self.live_view, self.figure)
         self.status.value = (f"kv_len {kv_len}, q_len {q_len}, num_splits {splits}: <b>{t_us:,.1f} µs</b> "
                              f"({self.timer}); SDPA {sdpa:,.1f} µs")
         return t_us

@@ -24,7 +24,7 @@ def missing():
     """Why a browser test cannot run here, or None."""
     if not Path(CHROMIUM).is_file():
         return f"no chromium at {CHROMIUM}: run tools/ci_deps.sh (apt-get install chromium)"
-    for module in ("playwright", "jupyterlab", "ipywidgets", "anywidget"):
+    for module in ("playwright", "jupyterlab", "ipywidgets"):
         try:
             __import__(module)
         except ImportError:
@@ -73,6 +73,10 @@ def jupyter_lab(root_dir, timeout_s=90):
                     raise RuntimeError("JupyterLab did not start:\n" + (Path(root_dir) / ".jupyter-lab.log").read_text()[-3000:])
                 time.sleep(0.5)
         yield base, token
+    except BaseException:
+        log.flush()
+        print("JupyterLab's log, last lines:\n" + (Path(root_dir) / ".jupyter-lab.log").read_text()[-3000:])
+        raise
     finally:
         proc.terminate()
         try:
@@ -99,10 +103,16 @@ def browser_page(width=1280, height=900):
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        console = []
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(120_000)
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text[:300]}")
+                    if m.type in ("error", "warning") else None)
             yield page
+        except BaseException:
+            print("the browser's console errors and warnings:\n" + "\n".join(console[-30:]))
+            raise
         finally:
             browser.close()
 

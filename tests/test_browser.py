@@ -22,7 +22,7 @@ def test_split_slider_drag_redraws_the_live_figure(tmp_path):
         run_all(page)
         handle = page.locator(".widget-slider .noUi-handle").first
         handle.scroll_into_view_if_needed()
-        # plotly attaches an empty `data` before the first trace is drawn
+        # the output's plotly renderer loads asynchronously: wait for its first trace
         page.wait_for_function("() => { const p = document.querySelector('.js-plotly-plot');"
                                " return p && p.data && p.data.length > 0 && p.data[0].y"
                                " && p.data[0].y.length > 0; }", timeout=120_000)

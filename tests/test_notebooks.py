@@ -1,6 +1,7 @@
 """The notebooks: stored clean and thin, executed top to bottom by papermill with tiny CPU parameters,
 the split explorer driven headless, and `tileinfer.report`'s HTML carrying rendered plotly figures."""
 
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +11,6 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("papermill")
 pytest.importorskip("ipykernel")
 pytest.importorskip("ipywidgets")
-pytest.importorskip("anywidget")
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -104,6 +104,9 @@ def test_split_explorer_slider_retimes_and_redraws():
     assert "2 splits" in explorer.figure.layout.title.text
     explorer.q_slider.value = 2
     assert set(explorer.measured) == {(64, 1), (128, 1), (128, 2)}
+    drawn = explorer.live_view.outputs[-1]["data"]["application/vnd.plotly.v1+json"]
+    assert drawn["data"][0]["y"] == list(explorer.figure.data[0].y)  # the view shows the latest timing
+    json.dumps(explorer.live_view.outputs)  # widget state travels as JSON
 
 
 def test_split_explorer_shows_the_recorded_curves():
@@ -114,7 +117,9 @@ def test_split_explorer_shows_the_recorded_curves():
     explorer = SplitExplorer(kv_len=64, max_kv_len=128, sweep=recorded, measure_now=False)
     names = [t.name for t in explorer.sweep_figure.data]
     assert any(n.startswith("ours kv 8192") for n in names) and any(n.startswith("SDPA") for n in names)
-    assert explorer.widget.children[-1].children[1] is explorer.sweep_figure
+    shown = explorer.widget.children[-1].children[1].outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert [t["name"] for t in shown["data"]] == names
+    assert explorer.live_view.outputs  # the empty live figure is drawn without a timing
 
 
 def test_recorded_results_in_sweep_form():
