@@ -45,9 +45,10 @@ def _sdpa(q, k_cache, v_cache, kv_len):
 class SplitExplorer:
     """Sliders → `on_change` → one timing of `decode_attention` → the live figure's traces, redrawn.
 
-    `figure` holds the live figure's state and `live_view` shows it. Its traces: 0 — this (kv_len, q_len) over the split counts timed so far; 1 — the current
-    point; 2 — SDPA at this (kv_len, q_len). `sweep` (a DataFrame in `attention_sweep` form, e.g.
-    `notebook_support.recorded_attention()`) is drawn beside it with `split_curves_figure`.
+    `figure` holds the live figure and `live_view` shows it. Its traces: 0 — this (kv_len, q_len) over the
+    split counts timed so far; 1 — the current point; 2 — SDPA at this (kv_len, q_len). `sweep` (a DataFrame
+    in `attention_sweep` form, e.g. `notebook_support.recorded_attention()`) is drawn beside it with
+    `split_curves_figure`.
     """
 
     def __init__(self, kv_len=None, q_len=1, num_splits=None, *, sweep=None, device=None, num_q_heads=None,
@@ -156,12 +157,11 @@ class SplitExplorer:
         sdpa = self.sdpa_us[(kv_len, q_len)]
         xs = list(curve)
         lo, hi = min(xs + [1]), max(xs + [self.split_slider.max])
-        with self.figure.batch_update():
-            self.figure.data[0].update(x=xs, y=list(curve.values()), name=f"decode_attention kv {kv_len}, q {q_len}")
-            self.figure.data[1].update(x=[splits], y=[t_us], name=f"current: {splits} splits")
-            self.figure.data[2].update(x=[lo, hi], y=[sdpa, sdpa], name=f"SDPA kv {kv_len}, q {q_len}")
-            self.figure.layout.title.text = (f"Live ({run_info(self.device)['gpu']}): {splits} splits → "
-                                             f"{t_us:,.1f} µs, SDPA {sdpa:,.1f} µs")
+        self.figure.data[0].update(x=xs, y=list(curve.values()), name=f"decode_attention kv {kv_len}, q {q_len}")
+        self.figure.data[1].update(x=[splits], y=[t_us], name=f"current: {splits} splits")
+        self.figure.data[2].update(x=[lo, hi], y=[sdpa, sdpa], name=f"SDPA kv {kv_len}, q {q_len}")
+        self.figure.layout.title.text = (f"Live ({run_info(self.device)['gpu']}): {splits} splits → "
+                                         f"{t_us:,.1f} µs, SDPA {sdpa:,.1f} µs")
         show(self.live_view, self.figure)
         self.status.value = (f"kv_len {kv_len}, q_len {q_len}, num_splits {splits}: <b>{t_us:,.1f} µs</b> "
                              f"({self.timer}); SDPA {sdpa:,.1f} µs")

@@ -72,11 +72,12 @@ def jupyter_lab(root_dir, timeout_s=90):
                     log.flush()
                     raise RuntimeError("JupyterLab did not start:\n" + (Path(root_dir) / ".jupyter-lab.log").read_text()[-3000:])
                 time.sleep(0.5)
-        yield base, token
-    except BaseException:
-        log.flush()
-        print("JupyterLab's log, last lines:\n" + (Path(root_dir) / ".jupyter-lab.log").read_text()[-3000:])
-        raise
+        try:
+            yield base, token
+        except BaseException:
+            log.flush()
+            print("JupyterLab's log, last lines:\n" + (Path(root_dir) / ".jupyter-lab.log").read_text()[-3000:])
+            raise
     finally:
         proc.terminate()
         try:
