@@ -13,7 +13,9 @@ read -r -a pip_args <<< "${PIP_ARGS:-}"
 
 if [ ! -x "$venv/bin/python" ]; then
   if "$python" -c "import torch" 2>/dev/null; then
-    "$python" -m venv --system-site-packages "$venv"   # keep the machine's own torch
+    # Keep the machine's own torch and triton: the venv sees this interpreter's site-packages through a
+    # .pth, which also works where python3 is itself a venv (--system-site-packages would see its base).
+    "$python" tools/base_venv.py "$venv" >/dev/null
   else
     "$python" -m venv "$venv"
   fi
@@ -23,6 +25,17 @@ stamp="$venv/.tileinfer-$extras"
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
   exit 0
 fi
+# Never replace a torch or triton the environment already has.
+constraints="$venv/.tileinfer-constraints.txt"
+"$py" - > "$constraints" <<'PY'
+from importlib import metadata
+for name in ("torch", "triton"):
+    try:
+        print(f"{name}=={metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        pass
+PY
+pip_args+=(-c "$constraints")
 if ! "$py" -c "import torch" 2>/dev/null; then
   # The CPU wheel declares no triton; 3.6 is what the GPU image pairs with torch 2.11, and its
   # interpreter needs numpy < 2.3.

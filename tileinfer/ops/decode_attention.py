@@ -8,15 +8,13 @@ so a captured CUDA graph replays for any cache length and a notebook can change 
 without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from tileinfer.ops import INTERPRET
 from tileinfer.errors import ConfigError
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 
 

@@ -5,6 +5,8 @@
   M <= 16, int8 weight   -> the same skinny kernel, converting int8 -> x.dtype in registers, scale in the epilogue
   M > 16,  float weight  -> F.linear (cuBLAS)
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py)
+With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
+`linear_rows_ref` is the same property for the PyTorch reference: each row its own GEMV.
 """
 
 from __future__ import annotations
@@ -127,8 +129,19 @@ def linear_ref(x: torch.Tensor, lin: Linear) -> torch.Tensor:
     return F.linear(x, lin.weight.to(x.dtype))
 
 
-def linear(x: torch.Tensor, lin: Linear) -> torch.Tensor:
-    """Triton path for y = x @ W.T; x [..., K] -> [..., N] in x.dtype. Same result as `linear_ref`."""
+def linear_rows_ref(x: torch.Tensor, lin: Linear) -> torch.Tensor:
+    """`linear_ref` one row at a time for up to SKINNY_MAX_M rows, so that a row's bits never depend on
+    the rows beside it (a BLAS picks other kernels, and so other summation orders, for other M)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if not 1 < x2.shape[0] <= SKINNY_MAX_M:
+        return linear_ref(x, lin)
+    rows = [linear_ref(x2[i:i + 1], lin) for i in range(x2.shape[0])]
+    return torch.cat(rows).reshape(*x.shape[:-1], lin.out_features)
+
+
+def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
+    """Triton path for y = x @ W.T; x [..., K] -> [..., N] in x.dtype. Same result as `linear_ref`;
+    with `exact`, each of up to 16 rows gets the same bits whatever the number of rows."""
     from tileinfer.ops.skinny_gemm import skinny_gemm
     from tileinfer.ops.w8a16_gemm import w8a16_gemm
 
@@ -141,7 +154,7 @@ def linear(x: torch.Tensor, lin: Linear) -> torch.Tensor:
     if m == 0:
         return x.new_empty(*lead, lin.out_features)
     if m <= SKINNY_MAX_M:
-        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale)
+        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact)
     elif lin.is_quantized:
         y = w8a16_gemm(x2, lin.qweight, lin.scale)
     else:

@@ -7,15 +7,13 @@ last T positions, so a chunk with ``kv_len > T`` attends to the cached prefix pl
 Reference: ``tileinfer.ops.attention.attention_ref``.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from tileinfer.ops import INTERPRET
 from tileinfer.ops.decode_attention import _check_inputs, _online_softmax_step
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 
 

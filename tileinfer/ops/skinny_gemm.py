@@ -8,6 +8,11 @@ small Qwen3-4B shapes (o 2560x4096, down 2560x9728) have too few row tiles to fi
 split-K: each split writes fp32 partials and a second kernel sums them in a fixed order
 (deterministic, no atomics, nothing to zero, so CUDA-graph safe).
 
+Exact mode (`exact=True`) makes a row's result independent of how many rows share the call: every
+M in 1..16 takes the tl.dot path with M padded to 16, and the config (tiles, split-K, warps, stages)
+is chosen by N and K alone. A row computed in a 16-token DFlash verify pass then has the bits it has
+in a one-token decode step, which is what makes greedy DFlash return exactly greedy decoding's tokens.
+
 The same kernel serves INT8 weights (HAS_SCALE): int8 tiles are converted to x's dtype in registers
 and the per-channel scale is applied in the epilogue. The conversion avoids the int->float unit
 (16 ops/clk/SM on Hopper): with plain casts the INT8 GEMV ran at 2.3 TB/s effective on an H200 against
@@ -16,16 +21,14 @@ and the per-channel scale is applied in the epilogue. The conversion avoids the 
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from tileinfer.ops import INTERPRET
+from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
 
-# The interpreter's tl.dot on bf16 multiplies bit patterns; upcast to fp32 there.
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_M = 16
 
 
@@ -128,11 +131,13 @@ def _pow2_at_least(v: int, lo: int = 16) -> int:
 
 
 def skinny_gemm(
-    x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None
+    x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
+    exact: bool = False,
 ) -> torch.Tensor:
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
-    `config` overrides the tuned/heuristic launch config (the tuner and the tests use it).
+    `config` overrides the tuned/heuristic launch config (the tuner and the tests use it). `exact`: each
+    row's bits independent of M (one instruction path and one config for every M).
     """
     m, k = x.shape
     n = w.shape[0]
@@ -141,22 +146,28 @@ def skinny_gemm(
     assert (w.dtype == torch.int8) == (scale is not None), "int8 weights need a scale, float weights none"
     if x.stride(1) != 1:
         x = x.contiguous()
-    cfg = config or get_config(n, k, m, "int8" if scale is not None else "bf16", x.device)
-    block_k = min(cfg.block_k, _pow2_at_least(k))
-    k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), block_k) * block_k
-    split_k = triton.cdiv(k, k_per_split)  # never an empty split
+    block_m = 16 if exact or m > 1 else 1
+    cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device)
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    out = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
-    grid = (triton.cdiv(n, cfg.block_n), split_k)
-    _skinny_gemm_kernel[grid](
-        x, w, scale if scale is not None else w, out,
-        m, n, k, k_per_split,
-        x.stride(0), w.stride(0), n, m * n,
-        HAS_SCALE=scale is not None, BLOCK_M=1 if m == 1 else 16, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
-        DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and cfg.fast_i8,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    if split_k > 1:
-        block = 1024
-        _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](out, y, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
+
+    def launch(c: GemmConfig):
+        block_k = min(c.block_k, _pow2_at_least(k))
+        k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
+        split_k = triton.cdiv(k, k_per_split)  # never an empty split
+        out = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
+        _skinny_gemm_kernel[(triton.cdiv(n, c.block_n), split_k)](
+            x, w, scale if scale is not None else w, out,
+            m, n, k, k_per_split,
+            x.stride(0), w.stride(0), n, m * n,
+            HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
+            DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
+            num_warps=c.num_warps, num_stages=c.num_stages,
+        )
+        if split_k > 1:
+            block = 1024
+            _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](out, y, m * n, SPLIT_K=split_k, BLOCK=block,
+                                                               num_warps=4)
+
+    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device)
+    launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return y
