@@ -313,7 +313,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         scale = torch.empty(n, dtype=torch.float32) if case.kind == "int8" else None
         if t > skinny_gemm.MAX_M:
             w8a16_gemm.w8a16_gemm_tiled(x, w, scale)
-            return json.dumps(w8a16_gemm._prefill_config(t))
+            return json.dumps(w8a16_gemm._prefill_config(t).__dict__)
         cfg = (GemmConfig(**json.loads(case.config)) if case.config
                else _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind))
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg)

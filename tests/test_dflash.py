@@ -56,8 +56,9 @@ class OracleDrafts:
         self.engine, self.sequence, self.wrong_at = engine, sequence, wrong_at
         self.original = engine._draft
 
-    def __call__(self, size, num_splits, host_start):
-        self.original(size, num_splits, host_start)  # still run the drafter: its context cache stays exercised
+    def __call__(self, shape, host_start):
+        self.original(shape, host_start)  # still run the drafter: its context cache stays exercised
+        size = shape.size
         start = int(self.engine.start_t.item())
         wrong = next(self.wrong_at)
         drafts = list(self.sequence[start + 1:start + size])

@@ -161,7 +161,7 @@ def test_plan_step_activations_match_measured(pair, block_size):
     engine.generate(ids, 30, stop_ids=[])
     start = int(engine.start_t.item())
     peaks = []
-    for fn in engine._step_fns(block_size, 8, start, replay=False):
+    for _, fn in engine._phases(engine.step_shape(block_size, 230, 8, False), start):
         peaks.append(measure_peak_bytes(torch.inference_mode()(fn), "cpu")[1])
     within_margin(engine.memory_plan(200, 30).step_activation_bytes, max(peaks), f"step, block {block_size}")
 

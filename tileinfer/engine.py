@@ -8,6 +8,7 @@ cannot depend on it.
 
 import time
 from collections import deque
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,12 +17,31 @@ from tileinfer.errors import ConfigError, RequestError
 from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
 from tileinfer.models.qwen3 import Qwen3ForCausalLM
-from tileinfer.ops.attention import default_num_splits
+from tileinfer.accept_profile import accept_schedule
+from tileinfer.ops.attention import default_num_splits, exact_block_m, exact_split_size
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.stats import Generation, GenerationStats
-from tileinfer.replay import accept_schedule
 
 DEFAULT_PREFILL_CHUNK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """What a step's graphs are captured for."""
+    size: int          # tokens in the block: 1 is plain decoding, more a DFlash step
+    num_splits: int    # attention splits (the decode kernel's grid)
+    split_size: int    # > 0: split boundaries at its multiples (exact mode); 0: even shares of the KV length
+    forced: bool       # acceptance forced from an accept profile instead of computed
+
+
+@dataclass(slots=True)
+class StepInFlight:
+    """A launched step whose result the host has not read yet."""
+    size: int
+    result: torch.Tensor                 # pinned host copy of the engine's result buffer
+    done: object                         # a CUDA event recorded after the copy (None on CPU)
+    marks: list = field(default_factory=list)   # CUDA events around its phases
+    host_ms: dict = field(default_factory=dict)
 
 
 class Engine:
@@ -35,6 +55,7 @@ class Engine:
         self.device = target.device
         self.ops = target.ops
         self.backend = self.ops.backend
+        self.exact = self.ops.exact
         self.prefill_chunk = prefill_chunk
         # Bytes the engine may hold in all (weights included); None: free device memory on CUDA, no check on CPU.
         self.memory_budget = memory_budget
@@ -50,6 +71,7 @@ class Engine:
             self.draft_cache, self.tap_ids, self.mask_token_id = None, [], 0
         self._graphs: dict = {}
         self._pool = None
+        self._launches = 0
         self._state()
 
     def _state(self):
@@ -73,24 +95,30 @@ class Engine:
     # ----------------------------------------------------------------------------------------------
     # One step, written once: run eagerly or captured as graphs.
 
-    def _draft(self, size: int, num_splits: int, host_start: int):
-        drafter = self.drafter
+    def _attention_ctx(self, shape: StepShape, host_start: int, causal: bool) -> AttentionContext:
+        kv_len_t = (self.start_t + shape.size).to(torch.int32)
+        c = self.config
+        block_m = exact_block_m(c.num_attention_heads, c.num_key_value_heads) if shape.split_size and causal else None
+        return AttentionContext(host_start + shape.size, kv_len_t, causal=causal, num_splits=shape.num_splits,
+                                split_size=shape.split_size if causal else 0, block_m=block_m)
+
+    def _draft(self, shape: StepShape, host_start: int):
+        drafter, size = self.drafter, shape.size
         with tracing.annotate("drafter", kv_len=host_start + size, m=size):
             self.block_ids[1:].fill_(self.mask_token_id)
             drafter.append_context(self.features, self.ctx_start_t + self.arange, self.draft_cache)
             positions = self.start_t + self.arange[:size]
-            kv_len_t = (self.start_t + size).to(torch.int32)
-            ctx = AttentionContext(host_start + size, kv_len_t, causal=False, num_splits=num_splits)
+            ctx = self._attention_ctx(shape, host_start, causal=False)
             hidden = drafter.draft(self.block_ids[:size], positions, self.draft_cache, ctx)
             drafts = self.target.logits(hidden[1:size]).argmax(dim=-1)
             self.block_ids[1:size].copy_(drafts)
 
-    def _verify(self, size: int, num_splits: int, host_start: int, replay: bool):
-        target = self.target
-        with tracing.annotate("verify" if size > 1 else "decode", kv_len=host_start + size, m=size, num_splits=num_splits):
+    def _verify(self, shape: StepShape, host_start: int):
+        target, size = self.target, shape.size
+        with tracing.annotate("verify" if size > 1 else "decode", kv_len=host_start + size, m=size,
+                              num_splits=shape.num_splits):
             positions = self.start_t + self.arange[:size]
-            kv_len_t = (self.start_t + size).to(torch.int32)
-            ctx = AttentionContext(host_start + size, kv_len_t, causal=True, num_splits=num_splits)
+            ctx = self._attention_ctx(shape, host_start, causal=True)
             taps = self.features[:size] if self.tap_ids and size > 1 else None
             h, residual = target.forward(self.block_ids[:size], positions, self.cache, ctx,
                                          taps=taps, tap_ids=self.tap_ids if taps is not None else ())
@@ -98,7 +126,7 @@ class Engine:
         with tracing.annotate("accept"):
             matches = (self.block_ids[1:size] == posterior[: size - 1]).to(torch.int64)
             accepted = matches.cumprod(0).sum().view(1)
-            if replay:
+            if shape.forced:
                 accepted = torch.minimum(self.forced_accept, torch.full_like(accepted, size - 1))
             self.result[:1].copy_(accepted)
             self.result[1:size + 1].copy_(posterior)
@@ -106,30 +134,55 @@ class Engine:
             self.start_t.add_(accepted + 1)
             self.block_ids[:1].copy_(posterior.gather(0, accepted))
 
-    def _step_fns(self, size, num_splits, host_start, replay):
-        fns = []
-        if size > 1:
-            fns.append(lambda: self._draft(size, num_splits, host_start))
-        fns.append(lambda: self._verify(size, num_splits, host_start, replay))
-        return fns
+    def _phases(self, shape: StepShape, host_start: int) -> list[tuple[str, object]]:
+        """The step as (phase, function) pairs: [drafter,] verify."""
+        phases = []
+        if shape.size > 1:
+            phases.append(("drafter", lambda: self._draft(shape, host_start)))
+        phases.append(("verify", lambda: self._verify(shape, host_start)))
+        return phases
 
     def _graph(self, key, fn):
         graph = self._graphs.get(key)
         if graph is None:
-            saved = [t.clone() for t in (self.start_t, self.ctx_start_t, self.block_ids, self.result)]
+            state = (self.start_t, self.ctx_start_t, self.block_ids, self.result)
+            saved = [t.clone() for t in state]
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
-                fn()  # compiles the Triton kernels outside the capture
+                fn()  # compiles the Triton kernels (and fits their configs) outside the capture
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
                 fn()
             self._pool = graph.pool()
-            for t, s in zip((self.start_t, self.ctx_start_t, self.block_ids, self.result), saved):
+            for t, s in zip(state, saved):
                 t.copy_(s)
-            self._graphs[key] = graph
+            self._graphs[key] = graph  # only a whole capture is kept: an interrupted one is dropped
         return graph
+
+    def _launch(self, shape: StepShape, host_start: int, use_graphs: bool) -> StepInFlight:
+        """Run one step's phases (graph replays or eager calls) and queue the copy of its result to the host."""
+        step = StepInFlight(shape.size, self._host_results[self._launches % len(self._host_results)], None)
+        self._launches += 1
+        for phase, fn in self._phases(shape, host_start):
+            tic = time.perf_counter()
+            if self.is_cuda:
+                step.marks.append(torch.cuda.Event(enable_timing=True))
+                step.marks[-1].record()
+            if use_graphs:
+                self._graph((phase, shape), fn).replay()
+            else:
+                fn()
+            step.host_ms[phase] = (time.perf_counter() - tic) * 1e3
+        if self.is_cuda:
+            step.marks.append(torch.cuda.Event(enable_timing=True))
+            step.marks[-1].record()
+        step.result.copy_(self.result, non_blocking=True)
+        if self.is_cuda:
+            step.done = torch.cuda.Event()
+            step.done.record()
+        return step
 
     # ----------------------------------------------------------------------------------------------
 
@@ -210,6 +263,15 @@ class Engine:
         h, residual = self.target.forward(tokens, positions, self.cache, AttentionContext(len(ids), None))
         return self.target.logits(self.target.final_norm(h, residual)).float()
 
+    def step_shape(self, size: int, max_length: int, num_splits: int | None, forced: bool) -> StepShape:
+        """The shape of a step of `size` tokens in a request whose tokens end at `max_length`."""
+        if num_splits is None:
+            num_splits = default_num_splits(max_length, size)
+        if not self.exact:
+            return StepShape(size, num_splits, 0, forced)
+        split_size = exact_split_size(max_length, num_splits)
+        return StepShape(size, -(-(max_length + self.block_max) // split_size), split_size, forced)
+
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, stop_ids=None, block_size: int | None = None,
                  eager: bool = False, accept_profile=None, num_splits: int | None = None) -> Generation:
@@ -218,12 +280,10 @@ class Engine:
         memory.check_budget(self, n_prompt, max_new_tokens)  # before anything is allocated
         max_length = n_prompt + max_new_tokens
         self._ensure_caches(max_length + 2 * self.block_max)
-        if num_splits is None:
-            num_splits = default_num_splits(max_length, block)
         use_graphs = self.is_cuda and not eager and self.backend == "triton"
-        replay = accept_profile is not None
+        forced = accept_profile is not None
+        schedule = accept_schedule(accept_profile) if forced else None
         pipelined = self.backend == "triton"  # the torch backend reads the host's KV length
-        schedule = accept_schedule(accept_profile) if replay else None
         stats = GenerationStats(prompt_tokens=n_prompt, block_size=block)
 
         self._sync()
@@ -236,91 +296,67 @@ class Engine:
         t1 = time.perf_counter()
         stats.prefill_ms = (t1 - t0) * 1e3
 
-        events = [] if self.is_cuda else None
-        host_ms = {"drafter": 0.0, "verify": 0.0}
-        pending = deque()
-        launches = [0]
-        start = n_prompt  # host view of the anchor's position
-        launched_to = start  # the largest anchor position a launched step may leave
+        def launch(size: int, host_start: int) -> StepInFlight:
+            if forced:
+                self.forced_accept.fill_(next(schedule) - 1)
+            return self._launch(self.step_shape(size, max_length, num_splits, forced), host_start, use_graphs)
+
+        read, pending = [], deque()
+        start = n_prompt                # the host's view of the anchor's position
+        launched_to = start             # the furthest anchor position a launched step may leave
         stopped = out[0] in stop
+        accept_s = 0.0
+        try:
+            while not stopped and start + 1 < max_length:
+                if not pending:
+                    pending.append(launch(min(block, max_length - start), start))
+                    launched_to = start + pending[-1].size
+                step = pending.popleft()
+                read.append(step)  # only steps whose result is used count
+                # Launch the next step before reading this one when its block cannot depend on this result.
+                if pipelined and max_length - launched_to >= block and launched_to + 1 < max_length:
+                    pending.append(launch(block, start))
+                    launched_to += block
+                tic = time.perf_counter()
+                committed, stopped, cut = self._read(step, start, max_length, stop)
+                out += committed
+                start += len(committed)
+                stats.tokens_per_step.append(len(committed))
+                accept_s += time.perf_counter() - tic
+                if cut:
+                    break
+        finally:  # an interrupt leaves no work in flight and the engine ready for the next call
+            self._sync()
+            pending.clear()
+        t2 = time.perf_counter()
         if stopped:
             stats.stop_reason = "stop"
-
-        def launch(size):
-            if replay:
-                self.forced_accept.fill_(next(schedule) - 1)
-            fns = self._step_fns(size, num_splits, start, replay)
-            marks, host = [], {}
-            for i, fn in enumerate(fns):
-                phase = "drafter" if len(fns) == 2 and i == 0 else "verify"
-                tic = time.perf_counter()
-                if events is not None:
-                    marks.append(torch.cuda.Event(enable_timing=True))
-                    marks[-1].record()
-                if use_graphs:
-                    self._graph((phase, size, num_splits, replay), fn).replay()
-                else:
-                    fn()
-                host[phase] = (time.perf_counter() - tic) * 1e3
-            if events is not None:
-                marks.append(torch.cuda.Event(enable_timing=True))
-                marks[-1].record()
-            result = self._host_results[launches[0] % len(self._host_results)]
-            launches[0] += 1
-            result.copy_(self.result, non_blocking=True)
-            done = torch.cuda.Event() if self.is_cuda else None
-            if done is not None:
-                done.record()
-            pending.append((size, result, done, (len(fns), marks), host))
-
-        accept_s = 0.0
-        while not stopped and start + 1 < max_length:
-            if not pending:
-                launch(min(block, max_length - start))
-                launched_to = start + pending[-1][0]
-            size, result, done, marks, host = pending.popleft()
-            # Only steps whose result is used count: a step launched ahead may not be.
-            if events is not None:
-                events.append(marks)
-            for phase, ms in host.items():
-                host_ms[phase] += ms
-            # Launch the next step before reading this one when its block cannot depend on this result.
-            if pipelined and max_length - launched_to >= block and launched_to + 1 < max_length:
-                launch(block)
-                launched_to += block
-            tic = time.perf_counter()
-            if done is not None:
-                done.synchronize()
-            result = result.tolist()
-            accepted = result[0]
-            produced = min(accepted + 1, max_length - start - 1)
-            committed = result[1:1 + produced]
-            for i, token in enumerate(committed):
-                if token in stop:
-                    committed, stopped = committed[:i + 1], True
-                    stats.stop_reason = "stop"
-                    break
-            out += committed
-            start += len(committed)
-            stats.tokens_per_step.append(len(committed))
-            accept_s += time.perf_counter() - tic
-            if stopped or len(committed) != accepted + 1:
-                break
-        self._sync()
-        pending.clear()
-        t2 = time.perf_counter()
         stats.decode_ms = (t2 - t1) * 1e3
         stats.steps = len(stats.tokens_per_step)
         stats.new_tokens = len(out)
         stats.accept_ms = accept_s * 1e3
-        if events is not None:
-            drafter_ms = verify_ms = 0.0
-            for n, marks in events:
-                if n == 2:
-                    drafter_ms += marks[0].elapsed_time(marks[1])
-                verify_ms += marks[-2].elapsed_time(marks[-1])
-            stats.drafter_ms, stats.verify_ms = drafter_ms, verify_ms
-        else:
-            stats.drafter_ms, stats.verify_ms = host_ms["drafter"], host_ms["verify"]
+        self._phase_times(stats, read)
         text = self.tokenizer.decode(out) if self.tokenizer is not None else None
         return Generation(tokens=out, text=text, stats=stats)
+
+    def _read(self, step: StepInFlight, start: int, max_length: int, stop: set) -> tuple[list[int], bool, bool]:
+        """The tokens a step commits, whether a stop id ended them, and whether they were cut short
+        (by a stop id or the length limit: later steps in flight are then void)."""
+        if step.done is not None:
+            step.done.synchronize()
+        result = step.result.tolist()
+        produced = min(result[0] + 1, max_length - start - 1)
+        committed = result[1:1 + produced]
+        for i, token in enumerate(committed):
+            if token in stop:
+                return committed[:i + 1], True, True
+        return committed, False, produced != result[0] + 1
+
+    def _phase_times(self, stats: GenerationStats, steps: list[StepInFlight]) -> None:
+        """Drafter and verify milliseconds: CUDA event pairs on a GPU, host clocks on a CPU."""
+        if not self.is_cuda:
+            stats.drafter_ms = sum(s.host_ms.get("drafter", 0.0) for s in steps)
+            stats.verify_ms = sum(s.host_ms.get("verify", 0.0) for s in steps)
+            return
+        stats.drafter_ms = sum(s.marks[0].elapsed_time(s.marks[1]) for s in steps if len(s.marks) == 3)
+        stats.verify_ms = sum(s.marks[-2].elapsed_time(s.marks[-1]) for s in steps)

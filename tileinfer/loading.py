@@ -25,7 +25,8 @@ def default_draft() -> str:
 
 
 def load(model=None, draft=None, weights: str = "bf16", device=None, backend: str | None = None,
-         linear: str = "ours", prefill_chunk: int = DEFAULT_PREFILL_CHUNK, memory_budget: int | None = None) -> Engine:
+         linear: str = "ours", prefill_chunk: int = DEFAULT_PREFILL_CHUNK, memory_budget: int | None = None,
+         exact: bool = True) -> Engine:
     """Load a Qwen3 checkpoint (and optionally a DFlash drafter) into an Engine.
 
     model/draft: a checkpoint directory or a hub id in the local Hugging Face cache; model None is the
@@ -33,7 +34,9 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
     "int8" (weight-only, per output channel). backend: "triton" or "torch" (default: triton on CUDA,
     torch on CPU). linear: "ours" (Triton GEMMs for small M) or "cublas". memory_budget: bytes the engine
     may hold in all; a request whose memory plan exceeds it is refused before any allocation (default:
-    free device memory on CUDA, no check on CPU).
+    free device memory on CUDA, no check on CPU). exact: every kernel of a decode or verify step computes
+    a row with the same bits whatever the number of tokens in the step, so greedy DFlash returns exactly
+    the tokens of greedy decoding (False: kernels may pick faster paths per token count).
     """
     if model is None:
         model, draft = default_model(), draft if draft is not None else default_draft()
@@ -48,7 +51,9 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
         raise ConfigError("device 'cuda' was asked for but no CUDA GPU is visible")
     if backend is None:
         backend = "triton" if device.type == "cuda" else "torch"
-    ops = Ops(backend, linear)
+    if not isinstance(exact, bool):
+        raise ConfigError(f"exact must be True or False, got {exact!r}")
+    ops = Ops(backend, linear, exact=exact)
     dtype = COMPUTE_DTYPE[weights]
 
     path = resolve(model)

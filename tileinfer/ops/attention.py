@@ -40,3 +40,20 @@ def default_num_splits(kv_len: int, num_q_tokens: int = 1) -> int:
     # The best count did not depend on the number of query tokens (1 or 16).
     block_n, max_splits = 64, 16
     return max(1, min(max_splits, kv_len // block_n))
+
+
+EXACT_BLOCK_N = 64     # split sizes in exact mode are multiples of the decode kernel's key block
+MAX_STEP_TOKENS = 16   # the most query tokens of a decode / verify step (a DFlash block)
+
+
+def exact_split_size(max_length: int, num_splits: int) -> int:
+    """Positions per split in exact mode: fixed for a whole request, so a row's splits start at the same
+    positions whether it is decoded alone or verified inside a block (even shares of the request's
+    longest KV length, rounded up to the key block)."""
+    return -(-(-(-max_length // num_splits)) // EXACT_BLOCK_N) * EXACT_BLOCK_N
+
+
+def exact_block_m(num_q_heads: int, num_kv_heads: int) -> int:
+    """The decode kernel's query tile in exact mode: the same for 1 and for 16 tokens of a model."""
+    rows = MAX_STEP_TOKENS * (num_q_heads // num_kv_heads)
+    return max(16, 1 << (rows - 1).bit_length())

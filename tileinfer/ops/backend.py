@@ -1,6 +1,7 @@
 """The two backends: Triton kernels (GPU, or the interpreter on CPU) and their PyTorch references."""
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -17,35 +18,51 @@ class AttentionContext:
     kv_len_t: torch.Tensor | None    # device copy, read by the decode kernel (CUDA-graph safe)
     causal: bool = True
     num_splits: int = 8
+    split_size: int = 0              # > 0: splits at fixed multiples of it (exact mode), else even shares
+    block_m: int | None = None       # the query tile of the decode kernel, fixed in exact mode
 
 
 class Ops:
-    def __init__(self, backend: str, linear: str = "ours"):
+    """The kernels a model runs on. `exact`: every op computes a row of a step (1…16 tokens) with the
+    bits it has when computed alone, so DFlash verify rows equal plain decoding's (see `exact_split_size`)."""
+
+    def __init__(self, backend: str, linear: str = "ours", exact: bool = False):
         if backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if linear not in LINEAR_IMPLS:
             raise ConfigError(f"linear must be one of {LINEAR_IMPLS}, got {linear!r}")
         from tileinfer.ops import attention, linear as lin, rmsnorm, rope, swiglu
         self.backend = backend
+        self.exact = exact
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":
             self.rms_norm = rmsnorm.rms_norm_ref
             self.qk_norm_rope = rope.qk_norm_rope_ref
             self.silu_mul = swiglu.silu_mul_ref
-            self.linear = lin.linear_ref
+            self.linear = lin.linear_rows_ref if exact else lin.linear_ref
         else:
             from tileinfer.ops import decode_attention, prefill_attention
             self.rms_norm = rmsnorm.rms_norm
             self.qk_norm_rope = rope.qk_norm_rope
             self.silu_mul = swiglu.silu_mul
-            self.linear = lin.linear if linear == "ours" else lin.linear_ref
+            if linear == "ours":
+                self.linear = partial(lin.linear, exact=True) if exact else lin.linear
+            else:
+                self.linear = lin.linear_rows_ref if exact else lin.linear_ref
             self._decode = decode_attention.decode_attention
             self._prefill = prefill_attention.prefill_attention
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
         if self.backend == "torch":
+            t = q.shape[0]
+            if self.exact and ctx.causal and ctx.kv_len_t is not None and t > 1:
+                # Each query alone, over exactly the keys it sees, as a one-token step computes it.
+                start = ctx.kv_len - t
+                return torch.cat([self.attention_ref(q[i:i + 1], k_cache, v_cache, start + i + 1, True)
+                                  for i in range(t)])
             return self.attention_ref(q, k_cache, v_cache, ctx.kv_len, ctx.causal)
         if ctx.kv_len_t is not None:
-            return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits)
+            return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
+                                split_size=ctx.split_size, block_m=ctx.block_m)
         return self._prefill(q, k_cache, v_cache, ctx.kv_len, ctx.causal)

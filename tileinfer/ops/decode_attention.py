@@ -6,14 +6,22 @@ and writes a partial output and its log-sum-exp. Stage 2 (grid ``(T, num_q_heads
 partials by log-sum-exp. ``kv_len`` is read on the device and ``num_splits`` is a runtime argument,
 so a captured CUDA graph replays for any cache length and a notebook can change the split count
 without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
+
+Exact mode (a ``split_size`` and a ``block_m`` fixed by the caller): splits start at multiples of
+``split_size`` whatever the KV length, and the query tile has the same shape for 1 and for 16 tokens,
+so a row's partial sums — and its output bits — are those it gets when it is computed alone. Keys a
+row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops.
 """
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from tileinfer.ops import INTERPRET
 from tileinfer.errors import ConfigError
+from tileinfer.ops import INTERPRET
+from tileinfer.ops.fit import launch_fitted, shrink
 
 LOG2E = 1.4426950408889634
 
@@ -52,7 +60,7 @@ def _online_softmax_step(
 @triton.jit
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE,
-    num_splits, qk_scale,
+    num_splits, split_size, qk_scale,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
     stride_vn, stride_vh,
@@ -65,13 +73,16 @@ def _split_kv_attention_kernel(
     """Stage 1. For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
         o_r = Σ_n exp(s_rn − lse_r) v_n,  lse_r = log Σ_n exp(s_rn)      (lse kept in log2 units)
-    with chunk = cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N and split s covering
-    [s·chunk, min((s+1)·chunk, kv_len)). An empty split, or a row that sees none of its keys,
-    writes o = 0 and lse = −inf."""
+    with chunk = split_size when given (> 0), else cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N,
+    and split s covering [s·chunk, min((s+1)·chunk, kv_len)). An empty split, or a row that sees none
+    of its keys, writes o = 0 and lse = −inf."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     kv_len = tl.load(KV_LEN).to(tl.int32)
-    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    if split_size > 0:
+        chunk = split_size
+    else:
+        chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
 
@@ -166,12 +177,23 @@ def _check_inputs(q, k_cache, v_cache):
     assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "KV cache rows must be contiguous"
 
 
+@dataclass(frozen=True)
+class DecodeAttentionConfig:
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+
+
 def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
-    *, block_n: int = 64, num_warps: int = 4, num_stages: int = 3,
+    *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int = 4, num_stages: int = 3,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
-    positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host)."""
+    positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
+
+    ``split_size`` > 0 fixes each split to that many positions (a multiple of ``block_n``) instead of
+    an even share of ``kv_len``: splits past the KV length are empty. ``block_m`` fixes the query tile
+    (T × group rows, padded); exact mode passes both so that rows do not depend on T or ``kv_len``."""
     # Launch defaults from the H200 sweep (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with
     # 4 warps and 3 stages 29.5; 4 stages 30.7; 8 warps 40.3; BLOCK_N 128: 32.4 (4 warps), 40.3 (8).
     _check_inputs(q, k_cache, v_cache)
@@ -181,36 +203,45 @@ def decode_attention(
         raise ConfigError("decode_attention takes kv_len as a 1-element int32/int64 tensor on q's device")
     if kv_len.device != q.device:
         raise ConfigError(f"kv_len is on {kv_len.device} but q is on {q.device}; keep kv_len on q's device")
+    if split_size < 0 or split_size % block_n:
+        raise ConfigError(f"split_size must be 0 (even splits) or a multiple of block_n {block_n}, got {split_size}")
     num_q_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
     rows = num_q_tokens * group
-    if rows > 128:
+    if block_m is None:
+        block_m = max(16, triton.next_power_of_2(rows))
+    if rows > block_m or block_m > 128:
         raise ConfigError(
-            f"decode_attention takes at most 128 query rows per KV head (T × group), got {num_q_tokens} × {group}; "
-            "use prefill_attention for longer query blocks"
+            f"decode_attention takes at most 128 query rows per KV head (T × group), got {num_q_tokens} × {group}"
+            f"{f' for a tile of {block_m}' if block_m < 128 else ''}; use prefill_attention for longer query blocks"
         )
     if scale is None:
         scale = head_dim**-0.5
-    block_m = max(16, triton.next_power_of_2(rows))
     dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
 
     mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
     out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
-    _split_kv_attention_kernel[(num_kv_heads, num_splits)](
-        q, k_cache, v_cache, kv_len, mid_o, mid_lse,
-        num_splits, scale * LOG2E,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1),
-        v_cache.stride(0), v_cache.stride(1),
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
-        mid_lse.stride(0), mid_lse.stride(1),
-        NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_N=block_n,
-        CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
-        num_warps=num_warps, num_stages=num_stages,
-    )
+
+    def launch(c: DecodeAttentionConfig):
+        _split_kv_attention_kernel[(num_kv_heads, num_splits)](
+            q, k_cache, v_cache, kv_len, mid_o, mid_lse,
+            num_splits, split_size, scale * LOG2E,
+            q.stride(0), q.stride(1), q.stride(2),
+            k_cache.stride(0), k_cache.stride(1),
+            v_cache.stride(0), v_cache.stride(1),
+            mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+            mid_lse.stride(0), mid_lse.stride(1),
+            NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
+            BLOCK_M=block_m, BLOCK_N=c.block_n,
+            CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
+            num_warps=c.num_warps, num_stages=c.num_stages,
+        )
+
+    cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
+    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal, cfg, q.device)
+    launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     _merge_splits_kernel[(num_q_tokens, num_q_heads)](
         mid_o, mid_lse, out,
         num_splits,

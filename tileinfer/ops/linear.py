@@ -6,7 +6,7 @@
   M > 16,  float weight  -> F.linear (cuBLAS)
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py)
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
-`linear_rows_ref` is the same property for the PyTorch reference: each row its own GEMV.
+`linear_rows_ref` is the same property for the PyTorch reference (M padded to 16).
 """
 
 from __future__ import annotations
@@ -130,13 +130,17 @@ def linear_ref(x: torch.Tensor, lin: Linear) -> torch.Tensor:
 
 
 def linear_rows_ref(x: torch.Tensor, lin: Linear) -> torch.Tensor:
-    """`linear_ref` one row at a time for up to SKINNY_MAX_M rows, so that a row's bits never depend on
-    the rows beside it (a BLAS picks other kernels, and so other summation orders, for other M)."""
+    """`linear_ref` with each of up to SKINNY_MAX_M rows getting the same bits whatever M is: the rows are
+    padded with zeros to SKINNY_MAX_M, so every call is the same GEMM shape. A BLAS picks other kernels,
+    and so other summation orders, for other M (a GEMV at M = 1); within one shape its register-blocked
+    kernels compute every row alike (tests/test_exact.py checks this bit for bit), as our skinny kernel does."""
     x2 = x.reshape(-1, x.shape[-1])
-    if not 1 < x2.shape[0] <= SKINNY_MAX_M:
+    m = x2.shape[0]
+    if not 1 <= m <= SKINNY_MAX_M:
         return linear_ref(x, lin)
-    rows = [linear_ref(x2[i:i + 1], lin) for i in range(x2.shape[0])]
-    return torch.cat(rows).reshape(*x.shape[:-1], lin.out_features)
+    padded = x2.new_zeros(SKINNY_MAX_M, x2.shape[1])
+    padded[:m] = x2
+    return linear_ref(padded, lin)[:m].reshape(*x.shape[:-1], lin.out_features)
 
 
 def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:

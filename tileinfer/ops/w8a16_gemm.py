@@ -8,12 +8,16 @@ accumulator once in the epilogue. `w8a16_gemm_ref` is the definition (gpt-fast's
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from tileinfer.ops.skinny_gemm import INTERPRET, MAX_M, _weight_to, skinny_gemm
+from tileinfer.ops import INTERPRET
+from tileinfer.ops.fit import launch_fitted, shrink
+from tileinfer.ops.skinny_gemm import MAX_M, _weight_to, skinny_gemm
 
 
 def w8a16_gemm_ref(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -60,12 +64,21 @@ def _w8a16_gemm_kernel(
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
-def _prefill_config(m: int) -> dict:
+@dataclass(frozen=True)
+class W8A16Config:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: int
+    num_stages: int
+
+
+def _prefill_config(m: int) -> W8A16Config:
     if INTERPRET:
-        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)
+        return W8A16Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)
     if m <= 64:
-        return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)
+        return W8A16Config(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)
+    return W8A16Config(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)
 
 
 def w8a16_gemm_tiled(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, **config) -> torch.Tensor:
@@ -75,15 +88,20 @@ def w8a16_gemm_tiled(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor
     assert qweight.dtype == torch.int8 and qweight.shape[1] == k and qweight.stride(1) == 1
     if x.stride(1) != 1:
         x = x.contiguous()
-    cfg = {**_prefill_config(m), **config}
+    cfg = replace(_prefill_config(m), **config)
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
-    _w8a16_gemm_kernel[grid](
-        x, qweight, scale, y, m, n, k, x.stride(0), qweight.stride(0), n,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
-        DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
+
+    def launch(c: W8A16Config):
+        grid = (triton.cdiv(m, c.BLOCK_M) * triton.cdiv(n, c.BLOCK_N),)
+        _w8a16_gemm_kernel[grid](
+            x, qweight, scale, y, m, n, k, x.stride(0), qweight.stride(0), n,
+            BLOCK_M=c.BLOCK_M, BLOCK_N=c.BLOCK_N, BLOCK_K=c.BLOCK_K, GROUP_M=8,
+            DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32,
+            num_warps=c.num_warps, num_stages=c.num_stages,
+        )
+
+    key = ("w8a16_gemm", x.dtype, cfg, x.device)
+    launch_fitted(key, shrink(cfg, blocks=(("BLOCK_K", 16), ("BLOCK_N", 16))), launch)
     return y
 
 

@@ -1,6 +1,6 @@
-"""Acceptance replay: committed tokens per step taken from a profile instead of the drafter's luck.
+"""Forced acceptance: committed tokens per step taken from a profile instead of the drafter's luck.
 
-Random-weight checkpoints accept nothing, so benchmarks replay a measured profile (e.g. the comparison's
+Random-weight checkpoints accept nothing, so benchmarks force a measured profile (e.g. the comparison's
 7.1 tokens per step on the edit task) to time steps at a realistic acceptance; the tokens are then
 meaningless and only the costs are real.
 """
