@@ -7,7 +7,7 @@ import torch
 
 import tileinfer
 from tests.helpers import tiny_pair
-from tileinfer.ops.attention import attention_ref, exact_block_m, exact_split_size
+from tileinfer.ops.attention import attention_ref, exact_block_m, exact_grid_splits, exact_split_size
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.decode_attention import decode_attention
 from tileinfer.ops.linear import Linear, linear, linear_rows_ref, quantize_linear
@@ -64,7 +64,7 @@ def verify_vs_decode_rows(device, dtype, kv_len, num_q_heads, num_kv_heads, head
     k = torch.randn(max_length + 16, num_kv_heads, head_dim, generator=g).to(device, dtype)
     v = torch.randn(max_length + 16, num_kv_heads, head_dim, generator=g).to(device, dtype)
     split_size = exact_split_size(max_length, num_splits)
-    grid = -(-(max_length + 16) // split_size)
+    grid = exact_grid_splits(num_splits)
     block_m = exact_block_m(num_q_heads, num_kv_heads)
 
     def run(qs, length):
@@ -78,8 +78,8 @@ def verify_vs_decode_rows(device, dtype, kv_len, num_q_heads, num_kv_heads, head
 
 @pytest.mark.parametrize("kv_len,max_length,num_splits", [
     (16, 40, 4),      # the block is the whole cache
-    (70, 90, 2),      # the block crosses a split boundary (split size 64)
-    (200, 260, 4),    # several splits, a boundary inside the block
+    (70, 90, 1),      # the block crosses a split boundary (split size 64)
+    (200, 500, 2),    # several splits of 128, a boundary inside the block
     (260, 300, 8),    # more splits than the keys of early rows reach
 ])
 def test_decode_attention_rows_do_not_depend_on_the_block(device, kv_len, max_length, num_splits):
@@ -163,3 +163,18 @@ def test_triton_kernels_dflash_equals_greedy(tmp_path, weights):
     engine = tileinfer.load(target, draft=draft, weights=weights, backend="triton")
     cases = list(fuzz_cases(21, 2 if engine.device.type == "cpu" else 40, 150, 24, 14, 16))
     assert_dflash_equals_greedy(engine, cases, f"triton {weights}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+@pytest.mark.parametrize("n,k", [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (151936, 2560)])
+def test_linear_rows_qwen3_shapes(weights, n, k):
+    """Qwen3-4B's fused linears and LM head with their tuned configs (split-K on the narrow ones)."""
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    lin = Linear(weight=(torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16())
+    if weights == "int8":
+        lin = quantize_linear(lin)
+    x = torch.randn(16, k, generator=g, device="cuda").bfloat16()
+    alone = rows_alone(lambda r: linear(r, lin, exact=True), x)
+    for m in (2, 7, 16):
+        assert_rows_equal(linear(x[:m], lin, exact=True), alone[:m], f"{weights} {n}x{k} M={m}")

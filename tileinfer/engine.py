@@ -18,7 +18,7 @@ from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
 from tileinfer.models.qwen3 import Qwen3ForCausalLM
 from tileinfer.accept_profile import accept_schedule
-from tileinfer.ops.attention import default_num_splits, exact_block_m, exact_split_size
+from tileinfer.ops.attention import default_num_splits, exact_block_m, exact_grid_splits, exact_split_size
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.stats import Generation, GenerationStats
 
@@ -269,8 +269,7 @@ class Engine:
             num_splits = default_num_splits(max_length, size)
         if not self.exact:
             return StepShape(size, num_splits, 0, forced)
-        split_size = exact_split_size(max_length, num_splits)
-        return StepShape(size, -(-(max_length + self.block_max) // split_size), split_size, forced)
+        return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced)
 
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, stop_ids=None, block_size: int | None = None,

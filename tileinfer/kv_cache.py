@@ -2,6 +2,8 @@
 
 import torch
 
+KV_GRANULE = 1024  # capacity grows in steps of this many positions (fewer reallocations, fewer graph recaptures)
+
 
 class KVCache:
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device):
@@ -13,7 +15,7 @@ class KVCache:
     def bytes_per_position(self) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.finfo(self.dtype).bits // 8
 
-    def ensure(self, positions: int, granule: int = 1024) -> bool:
+    def ensure(self, positions: int, granule: int = KV_GRANULE) -> bool:
         """Grow to hold `positions`; True when the buffers were (re)allocated, which invalidates graphs."""
         if positions <= self.capacity:
             return False

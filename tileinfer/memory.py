@@ -31,15 +31,17 @@ from dataclasses import dataclass
 import torch
 
 from tileinfer.errors import RequestError
+from tileinfer.kv_cache import KV_GRANULE
+from tileinfer.ops.attention import MAX_NUM_SPLITS, exact_grid_splits
+from tileinfer.ops.linear import SKINNY_MAX_M
 
-KV_GRANULE = 1024            # KVCache.ensure rounds capacity up to this
-MAX_NUM_SPLITS = 16          # default_num_splits never exceeds it
-SKINNY_MAX_M = 16            # linears with M <= this use the split-K skinny GEMM
-# cuBLAS workspaces the CUDA caching allocator holds once GEMMs ran: 32 MiB per stream on Hopper
-# (prefill on the default stream, graph warm-up on a side stream).
+# Held by the CUDA caching allocator beyond the tensors the plan counts, so in the total but in no
+# activation: cuBLAS workspaces once GEMMs ran (32 MiB per stream on Hopper: prefill on the default
+# stream, graph warm-up on a side stream), and the rounding of a CUDA graph's private pool, which is
+# carved in 2 MiB (small) and 20 MiB (large) segments.
 CUDA_WORKSPACE_BYTES = 2 * 32 * 2**20
-# A CUDA graph's private pool is carved in 2 MiB (small) and 20 MiB (large) segments.
 GRAPH_POOL_SLACK_BYTES = 24 * 2**20
+MAX_GRID_SPLITS = exact_grid_splits(MAX_NUM_SPLITS)  # exact mode's grid, the larger
 GB = 1e9
 
 
@@ -83,10 +85,16 @@ class MemoryModel:
     elem: int                  # bytes per activation / KV element (the compute dtype)
     int8: bool                 # weight-only INT8 linears (the torch backend dequantizes them per call)
     backend: str               # "triton" | "torch"
+    exact: bool                # exact mode (tileinfer.ops.backend.Ops)
     cuda: bool
     prefill_chunk: int
     weights_bytes: int
     buffers_bytes: int
+
+    @property
+    def allocator_bytes(self) -> int:
+        """What the CUDA caching allocator holds beyond the planned tensors (0 off CUDA)."""
+        return CUDA_WORKSPACE_BYTES + GRAPH_POOL_SLACK_BYTES if self.cuda and self.backend == "triton" else 0
 
     @classmethod
     def from_engine(cls, engine) -> "MemoryModel":
@@ -96,12 +104,12 @@ class MemoryModel:
             target=StackShape.of(c), drafter=StackShape.of(drafter.config.layers) if drafter else None,
             vocab=c.vocab_size, max_positions=c.max_position_embeddings, block_size=engine.block_max,
             num_taps=len(engine.tap_ids), elem=target.dtype.itemsize, int8=engine.weights == "int8",
-            backend=engine.backend, cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
+            backend=engine.backend, exact=engine.exact, cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
             weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine))
 
     @classmethod
     def from_configs(cls, config, draft_config=None, weights: str = "bf16", backend: str = "triton",
-                     cuda: bool = True, prefill_chunk: int = 4096) -> "MemoryModel":
+                     cuda: bool = True, prefill_chunk: int = 4096, exact: bool = True) -> "MemoryModel":
         """Without loading anything: `config` a Qwen3Config, `draft_config` a DFlashConfig or None."""
         elem = {"bf16": 2, "fp16": 2, "fp32": 4, "int8": 2}[weights]
         int8 = weights == "int8"
@@ -125,9 +133,9 @@ class MemoryModel:
             weights_bytes += stack_bytes(d) + linear_bytes(d.hidden, num_taps * t.hidden) + 2 * d.hidden * elem
             rope += (max(draft_config.layers.max_position_embeddings, config.max_position_embeddings) + 128) * d.head_dim * 4
         state = 8 * (3 * block + 4) + block * num_taps * t.hidden * elem
-        buffers = rope + state + (CUDA_WORKSPACE_BYTES if cuda else 0)
+        buffers = rope + state
         return cls(target=t, drafter=d, vocab=config.vocab_size, max_positions=config.max_position_embeddings,
-                   block_size=block, num_taps=num_taps, elem=elem, int8=int8, backend=backend, cuda=cuda,
+                   block_size=block, num_taps=num_taps, elem=elem, int8=int8, backend=backend, exact=exact, cuda=cuda,
                    prefill_chunk=prefill_chunk, weights_bytes=weights_bytes, buffers_bytes=buffers)
 
     # ----------------------------------------------------------------------------------------------
@@ -144,12 +152,13 @@ class MemoryModel:
         prefill = self.prefill_bytes(prompt_len)
         step = self.step_bytes(prompt_len + max_new_tokens + self.block_size)  # a last block may run past the end
         activations = prefill + step
-        total = self.weights_bytes + self.buffers_bytes + target_kv + drafter_kv + activations
+        total = self.weights_bytes + self.buffers_bytes + target_kv + drafter_kv + activations + self.allocator_bytes
         return MemoryPlan(
             prompt_len=prompt_len, max_new_tokens=max_new_tokens, prefill_chunk=self.prefill_chunk,
             kv_positions=positions, weights_bytes=self.weights_bytes, buffers_bytes=self.buffers_bytes,
             target_kv_bytes=target_kv, drafter_kv_bytes=drafter_kv, prefill_activation_bytes=prefill,
-            step_activation_bytes=step, activation_bytes=activations, total_bytes=total,
+            step_activation_bytes=step, activation_bytes=activations, allocator_bytes=self.allocator_bytes,
+            total_bytes=total,
             budget_bytes=budget_bytes, model=self)
 
     def longest_prompt(self, budget_bytes: int, max_new_tokens: int) -> int:
@@ -197,8 +206,6 @@ class MemoryModel:
                         self._logits_bytes(b - 1) + b * self.drafter.hidden * self.elem * 4)
             peak = max(peak, draft)
         peak += 8 * 4 * b  # positions, kv lengths, matches, posterior
-        if self.cuda and self.backend == "triton":
-            peak += GRAPH_POOL_SLACK_BYTES
         return peak
 
     def _embedding_bytes(self, t: int) -> int:
@@ -211,7 +218,7 @@ class MemoryModel:
         n, h, e = self.vocab, self.target.hidden, self.elem
         logits = t * n * e + 8 * t  # + argmax
         if self.backend == "torch":
-            return logits + (n * h * e + t * n * 4 if self.int8 else 0)
+            return logits + self._torch_linear_scratch(n, h, t)
         return logits + self._split_k_bytes(n, h, t)
 
     def _split_k_bytes(self, n: int, k: int, m: int) -> int:
@@ -219,7 +226,7 @@ class MemoryModel:
         if self.backend != "triton" or m > SKINNY_MAX_M:
             return 0
         from tileinfer.ops.gemm_configs import get_config
-        cfg = get_config(n, k, m, "int8" if self.int8 else "bf16",
+        cfg = get_config(n, k, SKINNY_MAX_M if self.exact else m, "int8" if self.int8 else "bf16",
                          torch.device("cuda") if self.cuda and torch.cuda.is_available() else None)
         block_k = min(cfg.block_k, max(16, 1 << (max(k, 1) - 1).bit_length()))
         k_per_split = -(-(-(-k // cfg.split_k)) // block_k) * block_k
@@ -227,12 +234,21 @@ class MemoryModel:
         return split_k * m * n * 4 if split_k > 1 else 0
 
     def _linear_scratch(self, s: StackShape, m: int, which: int) -> int:
-        """Temporaries of one linear beyond its output: split-K partials, or the torch backend's
-        per-call INT8 dequantization (W in the compute dtype, and an fp32 product)."""
+        """Temporaries of one linear beyond its output: split-K partials, or the torch backend's."""
         n, k = s.linear_shapes()[which]
         if self.backend == "torch":
-            return n * k * self.elem + m * n * 4 if self.int8 else 0
+            return self._torch_linear_scratch(n, k, m)
         return self._split_k_bytes(n, k, m)
+
+    def _torch_linear_scratch(self, n: int, k: int, m: int) -> int:
+        """The PyTorch reference linear beyond its m output rows: in exact mode M <= 16 runs padded to 16
+        rows (the padded input and output, then a copy of the m rows); INT8 weights are dequantized per
+        call (W in the compute dtype, and an fp32 product)."""
+        e = self.elem
+        padded = self.exact and m <= SKINNY_MAX_M
+        rows = SKINNY_MAX_M if padded else m
+        extra = rows * (k + n) * e if padded else 0
+        return extra + (n * k * e + rows * n * 4 if self.int8 else 0)
 
     def _layer_bytes(self, s: StackShape, t: int, kv_len: int, causal: bool, decode: bool) -> int:
         """Peak live bytes inside one decoder layer on t tokens, the residual stream included."""
@@ -270,7 +286,7 @@ class MemoryModel:
             scores = 2 * hq * t * kv_len * 4 + (t * kv_len if causal else 0)  # scores, probs, mask
             return kv + max(kv_len * hk * d * up, scores + 2 * t * hq * d * 4)
         if decode:  # split-KV: partial outputs and log-sum-exps of every split, in fp32
-            return out + MAX_NUM_SPLITS * t * hq * (d + 1) * 4
+            return out + MAX_GRID_SPLITS * t * hq * (d + 1) * 4
         return out
 
     def _append_context_bytes(self, t: int) -> int:
@@ -282,15 +298,15 @@ class MemoryModel:
         fc = t * s.hidden * e
         norm = t * s.hidden * (e + 8 + (4 if e != 4 else 0)) + 8 * t if self.backend == "torch" else 2 * t * s.hidden * e
         rope = (3 * t * s.head_dim * 4 + 4 * k * 4 // e) if self.backend == "torch" else 0
-        fc_scratch = (s.hidden * self.num_taps * self.target.hidden * e + t * s.hidden * 4
-                      if self.backend == "torch" and self.int8 else self._split_k_bytes(s.hidden, self.num_taps * self.target.hidden, t))
+        fc_scratch = (self._torch_linear_scratch(s.hidden, self.num_taps * self.target.hidden, t)
+                      if self.backend == "torch" else self._split_k_bytes(s.hidden, self.num_taps * self.target.hidden, t))
         return features + max(fc + fc_scratch, norm, fc + 2 * kv + 2 * k + rope + self._linear_scratch_kv(t))
 
     def _linear_scratch_kv(self, t: int) -> int:
         s = self.drafter
         n, k = 2 * s.kv_heads * s.head_dim, s.hidden
         if self.backend == "torch":
-            return n * k * self.elem + t * n * 4 if self.int8 else 0
+            return self._torch_linear_scratch(n, k, t)
         return self._split_k_bytes(n, k, t)
 
 
@@ -308,6 +324,7 @@ class MemoryPlan:
     prefill_activation_bytes: int
     step_activation_bytes: int
     activation_bytes: int
+    allocator_bytes: int
     total_bytes: int
     budget_bytes: int | None = None
     model: MemoryModel | None = dataclasses.field(default=None, repr=False)
@@ -340,6 +357,8 @@ class MemoryPlan:
                  f"target KV {self.target_kv_bytes / GB:.2f}", f"drafter KV {self.drafter_kv_bytes / GB:.2f}",
                  f"activations {self.activation_bytes / GB:.2f} (prefill {self.prefill_activation_bytes / GB:.2f}"
                  f" + steps {self.step_activation_bytes / GB:.2f})"]
+        if self.allocator_bytes:
+            parts.append(f"allocator {self.allocator_bytes / GB:.2f}")
         text = (f"prompt {self.prompt_len} + {self.max_new_tokens} new (chunk {self.prefill_chunk}): "
                 f"{self.total_bytes / GB:.2f} GB = " + " + ".join(parts))
         if self.budget_bytes is not None:
@@ -378,12 +397,12 @@ def held_weight_bytes(engine) -> int:
 
 
 def held_buffer_bytes(engine) -> int:
-    """RoPE tables and the step state (plus cuBLAS workspaces on CUDA)."""
+    """RoPE tables and the step state."""
     tensors = [engine.target.cos_sin, engine.start_t, engine.ctx_start_t, engine.block_ids, engine.result,
                engine.forced_accept, engine.arange, engine.features]
     if engine.drafter is not None:
         tensors.append(engine.drafter.cos_sin)
-    return _unique_bytes(tensors) + (CUDA_WORKSPACE_BYTES if engine.is_cuda else 0)
+    return _unique_bytes(tensors)
 
 
 # ---- the engine's entry points -------------------------------------------------------------------

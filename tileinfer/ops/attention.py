@@ -11,6 +11,8 @@ Layout shared by every attention kernel of TileInfer:
 
 import torch
 
+MAX_NUM_SPLITS = 16  # default_num_splits never exceeds it
+
 
 def attention_ref(q, k_cache, v_cache, kv_len: int, causal: bool = True, scale: float | None = None) -> torch.Tensor:
     """softmax(q kᵀ · scale + mask) v over cache positions [0, kv_len), in fp32."""
@@ -38,8 +40,7 @@ def default_num_splits(kv_len: int, num_q_tokens: int = 1) -> int:
     #   q16 32k: 8 → 63.3, 16 → 40.6, 24 → 45.1, 32 → 42.8, 64 → 51.5 (q1: 16 → 39.1, 32 → 38.0)
     #   q16  1k: 4 → 10.1, 8 → 8.9, 16 → 8.7, 64 → 15.1 (two launches dominate)
     # The best count did not depend on the number of query tokens (1 or 16).
-    block_n, max_splits = 64, 16
-    return max(1, min(max_splits, kv_len // block_n))
+    return max(1, min(MAX_NUM_SPLITS, kv_len // EXACT_BLOCK_N))
 
 
 EXACT_BLOCK_N = 64     # split sizes in exact mode are multiples of the decode kernel's key block
@@ -47,10 +48,17 @@ MAX_STEP_TOKENS = 16   # the most query tokens of a decode / verify step (a DFla
 
 
 def exact_split_size(max_length: int, num_splits: int) -> int:
-    """Positions per split in exact mode: fixed for a whole request, so a row's splits start at the same
-    positions whether it is decoded alone or verified inside a block (even shares of the request's
-    longest KV length, rounded up to the key block)."""
-    return -(-(-(-max_length // num_splits)) // EXACT_BLOCK_N) * EXACT_BLOCK_N
+    """Positions per split in exact mode, fixed for a whole request so that a row's splits start at the
+    same positions whether it is decoded alone or verified inside a block: a power of two (at least the
+    key block) giving between num_splits and 2·num_splits splits over the request's longest KV length.
+    Powers of two keep the number of distinct captured step graphs small."""
+    share = -(-max_length // (2 * num_splits))
+    return max(EXACT_BLOCK_N, 1 << (share - 1).bit_length())
+
+
+def exact_grid_splits(num_splits: int) -> int:
+    """The decode kernel's split grid in exact mode: covers max_length + a block at any split size above."""
+    return 2 * num_splits + 1
 
 
 def exact_block_m(num_q_heads: int, num_kv_heads: int) -> int:

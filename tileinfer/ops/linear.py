@@ -17,8 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from tileinfer.errors import CheckpointError
+from tileinfer.ops.skinny_gemm import MAX_M as SKINNY_MAX_M
+from tileinfer.ops.skinny_gemm import skinny_gemm
+from tileinfer.ops.w8a16_gemm import w8a16_gemm
 
-SKINNY_MAX_M = 16
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -140,15 +142,12 @@ def linear_rows_ref(x: torch.Tensor, lin: Linear) -> torch.Tensor:
         return linear_ref(x, lin)
     padded = x2.new_zeros(SKINNY_MAX_M, x2.shape[1])
     padded[:m] = x2
-    return linear_ref(padded, lin)[:m].reshape(*x.shape[:-1], lin.out_features)
+    return linear_ref(padded, lin)[:m].clone().reshape(*x.shape[:-1], lin.out_features)  # frees the padding
 
 
 def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
     """Triton path for y = x @ W.T; x [..., K] -> [..., N] in x.dtype. Same result as `linear_ref`;
     with `exact`, each of up to 16 rows gets the same bits whatever the number of rows."""
-    from tileinfer.ops.skinny_gemm import skinny_gemm
-    from tileinfer.ops.w8a16_gemm import w8a16_gemm
-
     _check_input(x, lin)
     if x.device != lin.device:
         raise ValueError(f"linear: x is on {x.device}, the weight on {lin.device}")

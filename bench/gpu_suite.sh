@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite on a GPU machine, run as a user runs it (`make test`), recorded in bench/results/.
+#
+#   GIT_REV=<revision> bash bench/gpu_suite.sh [results dir]
+#
+# Offline machines install what the image lacks from wheels in .whl/ (PIP_ARGS); the machine's own torch
+# and triton are used as they are. Writes gpu_tests_<gpu>.txt (revision, GPU, versions, command, the
+# pytest summary line, failures) and the full log beside it; exits with pytest's status.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-bench/results}}
+mkdir -p "$out"
+rev=${GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+workers=${WORKERS:-8}
+pip_args=${PIP_ARGS:-}
+if [ -z "$pip_args" ] && [ -d .whl ]; then
+  pip_args="--no-index --find-links .whl"
+fi
+log="$out/gpu_tests.log"
+start=$(date +%s)
+make test PIP_ARGS="$pip_args" PYTEST_ARGS="-n $workers -p no:cacheprovider -rfE" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+elapsed=$(( $(date +%s) - start ))
+versions=$(.venv/bin/python -c "import torch, triton; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', '|', torch.__version__, '|', triton.__version__)" 2>/dev/null || echo "unknown | unknown | unknown")
+gpu=${versions%% |*}
+tag=$(echo "$gpu" | grep -q H200 && echo h200 || echo "$gpu" | tr 'A-Z ' 'a-z_')
+summary=$(grep -E "[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+{
+  echo "revision: $rev"
+  echo "gpu | torch | triton: $versions"
+  echo "command: GIT_REV=$rev bash bench/gpu_suite.sh  (make test PIP_ARGS=\"$pip_args\" PYTEST_ARGS=\"-n $workers -p no:cacheprovider -rfE\")"
+  echo "wall: ${elapsed} s, exit status $rc"
+  echo "summary: ${summary:-none (set-up failed before pytest ran)}"
+  grep -E "^(FAILED|ERROR) " "$log" | sed 's/^/  /'
+} > "$out/gpu_tests_${tag}.txt"
+cat "$out/gpu_tests_${tag}.txt"
+exit "$rc"
