@@ -1,3 +1,4 @@
+import re
 import subprocess
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import pytest
 from bench.ref import summary
 from bench.ref.metric import ROW_FIELDS, append_jsonl
 from tests.test_bench_metric import make_row
+from tileinfer_profiling.cli import build_parser
 
 REF = Path(__file__).resolve().parents[1] / "bench" / "ref"
 
@@ -17,9 +19,12 @@ def test_scripts_parse(script):
     subprocess.run(["bash", "-n", str(path)], check=True)
 
 
-def test_profile_sh_marks_the_line_to_adjust():
+def test_profile_sh_calls_the_step_profiler_with_flags_it_takes():
     text = (REF / "profile.sh").read_text()
-    assert "python -m profiling step" in text and text.count("ADJUST") >= 2
+    command = text[text.index("python -m tileinfer_profiling step"):].split("\ndone")[0]
+    flags = re.findall(r"(--[a-z-]+)", command)
+    step = build_parser()._subparsers._group_actions[0].choices["step"]
+    assert flags and set(flags) <= set(step._option_string_actions), flags
 
 
 def test_summary_cli(tmp_path, capsys):
