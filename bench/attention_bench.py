@@ -19,14 +19,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
 
-from tileinfer.ops import INTERPRET  # noqa: E402
+from tileinfer.ops import INTERPRET  # noqa: E402  (imports Triton itself, interpreted without a GPU)
 from tileinfer.ops.attention import attention_ref, default_num_splits  # noqa: E402
 from tileinfer.ops.decode_attention import decode_attention  # noqa: E402
 from tileinfer.ops.prefill_attention import prefill_attention  # noqa: E402
 from tileinfer.shapes import QWEN3_4B  # noqa: E402
-from tileinfer_profiling.run_info import command_line, git_rev  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 if SMOKE:
@@ -64,13 +63,8 @@ class Writer:
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, self.FIELDS)
         self.csv.writeheader()
-        self.common = {
-            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "git_rev": git_rev(),
-            "command": command_line(),
-        }
+        info = run_info(DEVICE)
+        self.common = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
         self.rows = []
 
     def row(self, **fields):
@@ -87,7 +81,8 @@ def time_us(fn, calls_per_fn=1):
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e6 / calls_per_fn
-    return triton.testing.do_bench_cudagraph(fn, rep=10) * 1e3 / calls_per_fn
+    from triton.testing import do_bench_cudagraph
+    return do_bench_cudagraph(fn, rep=10) * 1e3 / calls_per_fn
 
 
 def over_budget():
@@ -169,7 +164,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     out = Writer(os.path.join(args.out, "attention.csv"))
-    print(f"{out.common['gpu']}  torch {torch.__version__}  triton {triton.__version__}  rev {out.common['git_rev']}")
+    print(f"{out.common['gpu']}  torch {out.common['torch']}  triton {out.common['triton']}  rev {out.common['git_rev']}")
     caches = {kv_len: Caches(kv_len) for kv_len in KV_LENS}
     tol = 1e-4 if DTYPE == torch.float32 else 2e-2
 

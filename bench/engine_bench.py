@@ -21,10 +21,12 @@ import tileinfer  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.reference import tokens_per_step  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT, prepare_random  # noqa: E402
-from tileinfer_profiling.run_info import command_line  # noqa: E402
+from tileinfer_profiling.prompts import POINTS as PROMPT_POINTS  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
 
-POINTS = {"1k": 1024, "8k": 8192, "32k": 32768, "tiny": 200}
+# prompt tokens: the benchmark's points, a long one, and one for the tiny preset's context
+POINTS = {name: p.prompt_tokens for name, p in PROMPT_POINTS.items()} | {"32k": 32768, "tiny": 200}
 
 
 def replayed(point):

@@ -30,15 +30,14 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
 
-from tileinfer.ops import gemm_configs  # noqa: E402
+from tileinfer.ops import gemm_configs  # noqa: E402  (imports Triton itself, interpreted without a GPU)
 from tileinfer.ops.gemm_configs import M_BUCKETS, GemmConfig  # noqa: E402
 from tileinfer.ops.linear import quantize_weight  # noqa: E402
 from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
 from tileinfer.ops.w8a16_gemm import w8a16_gemm_tiled  # noqa: E402
 from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH  # noqa: E402
-from tileinfer_profiling.run_info import command_line, git_rev  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 
 # name: (N, K); fc is the DFlash drafter's projection of the tapped hidden states
 LINEARS = {name: (n, k) for name, n, k in QWEN3_4B.linears()} | {
@@ -224,9 +223,9 @@ def main() -> None:
             log_file.write(msg + "\n")
             log_file.flush()
 
-    gpu = torch.cuda.get_device_name() if cuda else "cpu"
-    meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, git_rev=git_rev(),
-                command=command_line())
+    info = run_info(device)
+    gpu = info["gpu"]
+    meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     log(json.dumps(meta))
     dims = SMOKE if args.smoke else LINEARS
     gen = torch.Generator(device=device).manual_seed(0)

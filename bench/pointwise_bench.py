@@ -15,15 +15,14 @@ import sys
 import traceback
 
 import torch
-import triton
-from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
+from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402  (before Triton: tileinfer.ops decides interpreting)
 from tileinfer.ops.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin  # noqa: E402
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref  # noqa: E402
 from tileinfer.shapes import QWEN3_4B  # noqa: E402
-from tileinfer_profiling.run_info import command_line, git_rev  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
+from triton.testing import do_bench_cudagraph  # noqa: E402
 
 HIDDEN, INTERMEDIATE = QWEN3_4B.hidden, QWEN3_4B.intermediate
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = QWEN3_4B.q_heads, QWEN3_4B.kv_heads, QWEN3_4B.head_dim
@@ -123,8 +122,8 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("pointwise_bench needs a CUDA GPU")
     torch.manual_seed(0)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                git_rev=git_rev(), command=command_line())
+    info = run_info()
+    meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     print(meta, flush=True)
 
     rows, failures = [], []

@@ -92,3 +92,22 @@ def test_the_reference_table_as_fractions():
     assert tokens_per_step(reference, "1k", "explain", weights="int8", engine="vllm") == 3.0
     with pytest.raises(ConfigError, match="0 tokens-per-step figures for tileinfer 32k edit"):
         tokens_per_step(reference, "32k", "edit")
+
+
+def test_generation_and_acceptance_figures():
+    table = pd.DataFrame({"prefill_ms": [5.0, 5.0], "drafter_ms": [0.0, 2.0], "verify_ms": [9.0, 4.0],
+                          "accept_ms": [0.0, 1.0], "other_ms": [1.0, 1.0]}, index=["plain decode", "DFlash"])
+    assert _names(plots.time_split_figure(table)) == ["prefill", "drafter", "verify", "accept", "other"]
+    runs = pd.DataFrame([{"point": "1k", "task": "edit", "mean_tokens_per_step": 2.5, "tokens_per_step": [1, 4, 2]}])
+    assert _names(plots.acceptance_histogram_figure(runs)) == ["1k edit (mean 2.50)"]
+    reference_tps = pd.DataFrame([{"engine": "vllm", "gpu": "RTX 4080 SUPER", "point": "1k", "task": "edit",
+                                   "weights": "bf16", "tokens_per_step": 4.9}])
+    fig = plots.acceptance_comparison_figure(runs, reference_tps, label="this run")
+    assert _names(fig) == ["vllm · RTX 4080 SUPER (reference, bf16)", "this run"]
+    assert _names(plots.acceptance_comparison_figure(None, reference_tps)) == ["vllm · RTX 4080 SUPER (reference, bf16)"]
+
+
+def test_a_trace_without_layer_ranges_says_so():
+    empty = pd.DataFrame(columns=["model", "layer", "part", "time_ms"])
+    fig = plots.per_layer_figure(empty)
+    assert not fig.data and "no layer.N.* ranges" in fig.layout.annotations[0].text

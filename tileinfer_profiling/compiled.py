@@ -27,6 +27,7 @@ import pandas as pd
 from tileinfer.random_weights import PRESETS
 from tileinfer.shapes import QWEN3_4B_DFLASH, ModelShape
 from tileinfer_profiling.ceilings import H200
+from tileinfer_profiling.prompts import POINTS
 
 # Per-SM limits by compute capability (CUDA occupancy rules; Hopper keeps 1 KB of shared memory per block).
 SM_LIMITS = {
@@ -47,7 +48,7 @@ PIPES = {
     "mufu": (0.5, ("MUFU",)),
     "shuffle": (1, ("SHFL",)),
 }
-CONTEXT = 8192  # cached positions the attention sites read: the comparison's 8k point
+CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
