@@ -15,7 +15,7 @@ env-notebooks:
 	VENV=$(VENV) bash tools/setup_env.sh notebooks
 
 report: env-report
-	$(PY) -m tileinfer.report --out reports
+	$(PY) -m bench.report --out reports
 
 test: env
 	$(PY) -m pytest $(PYTEST_ARGS)

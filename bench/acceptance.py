@@ -15,8 +15,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
-from bench.prompts import POINTS, load_prompt  # noqa: E402
-from bench.ref.metric import command_line, environment  # noqa: E402
+from tileinfer_profiling.prompts import POINTS, load_prompt  # noqa: E402
+from bench.ref.metric import environment  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
 
 
 def measure(engine, task, point, name):

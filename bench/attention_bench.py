@@ -1,9 +1,9 @@
 """GPU benchmark of TileInfer's attention kernels against attention_ref and PyTorch SDPA.
 
     python3 bench/attention_bench.py --out DIR      # writes DIR/attention.csv, prints a table last
-    python3 bench/attention_bench.py --smoke        # tiny shapes on CPU (Triton interpreter), no timing worth reading
+    python3 bench/attention_bench.py --smoke        # tiny shapes (on a CPU: the Triton interpreter), no timing worth reading
 
-Shapes are Qwen3-4B's (32 query heads, 8 KV heads, head_dim 128, bf16). Decode timings run inside
+Shapes are Qwen3-4B's heads (`tileinfer.shapes.QWEN3_4B`: 32 query heads, 8 KV heads, head_dim 128, bf16). Decode timings run inside
 CUDA graphs with K/V rotated over enough cache copies (≥ 256 MB) that reads come from HBM, not the
 60 MB L2; GB/s counts the K+V bytes read (kv_len × 8 heads × 128 × 2 B × 2).
 """
@@ -12,31 +12,32 @@ import argparse
 import csv
 import math
 import os
-import subprocess
 import sys
 import time
 
-SMOKE = "--smoke" in sys.argv
-if SMOKE:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
 
+from tileinfer.ops import INTERPRET  # noqa: E402  (imports Triton itself, interpreted without a GPU)
 from tileinfer.ops.attention import attention_ref, default_num_splits  # noqa: E402
 from tileinfer.ops.decode_attention import decode_attention  # noqa: E402
 from tileinfer.ops.prefill_attention import prefill_attention  # noqa: E402
+from tileinfer.shapes import QWEN3_4B  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 
+SMOKE = "--smoke" in sys.argv
 if SMOKE:
-    NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, DTYPE, DEVICE = 8, 2, 16, torch.float32, "cpu"
+    NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, DTYPE = 8, 2, 16, torch.float32
+    DEVICE = "cpu" if INTERPRET else "cuda"
     KV_LENS, PREFILL_LENS, ROTATE_BYTES = [130], [40], 1
     SPLIT_CURVE = [1, 3]
     DECODE_CONFIGS = [(64, 4, 3)]
     PREFILL_CONFIGS = [(32, 32, 4, 3)]
 else:
-    NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, DTYPE, DEVICE = 32, 8, 128, torch.bfloat16, "cuda"
+    NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = QWEN3_4B.q_heads, QWEN3_4B.kv_heads, QWEN3_4B.head_dim
+    DTYPE, DEVICE = torch.bfloat16, "cuda"
     KV_LENS, PREFILL_LENS, ROTATE_BYTES = [1024, 8192, 32768], [1024, 8192], 256 << 20
     SPLIT_CURVE = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
     # (block_n, num_warps, num_stages)
@@ -62,13 +63,8 @@ class Writer:
         self.file = open(path, "w", newline="")
         self.csv = csv.DictWriter(self.file, self.FIELDS)
         self.csv.writeheader()
-        self.common = {
-            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "git_rev": git_rev(),
-            "command": " ".join(["python3"] + sys.argv),
-        }
+        info = run_info(DEVICE)
+        self.common = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
         self.rows = []
 
     def row(self, **fields):
@@ -78,17 +74,6 @@ class Writer:
         self.file.flush()
 
 
-def git_rev():
-    """The repository's short HEAD; the device copy of the tree has no .git, so GIT_REV may say it."""
-    if os.environ.get("GIT_REV"):
-        return os.environ["GIT_REV"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def time_us(fn, calls_per_fn=1):
     """Mean µs of one call; fn makes calls_per_fn calls (one per cache copy)."""
     if SMOKE:
@@ -96,7 +81,8 @@ def time_us(fn, calls_per_fn=1):
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e6 / calls_per_fn
-    return triton.testing.do_bench_cudagraph(fn, rep=10) * 1e3 / calls_per_fn
+    from triton.testing import do_bench_cudagraph
+    return do_bench_cudagraph(fn, rep=10) * 1e3 / calls_per_fn
 
 
 def over_budget():
@@ -178,7 +164,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     out = Writer(os.path.join(args.out, "attention.csv"))
-    print(f"{out.common['gpu']}  torch {torch.__version__}  triton {triton.__version__}  rev {out.common['git_rev']}")
+    print(f"{out.common['gpu']}  torch {out.common['torch']}  triton {out.common['triton']}  rev {out.common['git_rev']}")
     caches = {kv_len: Caches(kv_len) for kv_len in KV_LENS}
     tol = 1e-4 if DTYPE == torch.float32 else 2e-2
 

@@ -8,7 +8,6 @@ comparison's tokens per step). Every row says which.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -19,17 +18,29 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
-from bench.ref.metric import command_line, environment, gpu_tag, write_rows  # noqa: E402
-from profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
+from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
+from bench.ref.reference import tokens_per_step  # noqa: E402
+from bench.ref.tileinfer_spec import BENCH_ROOT, prepare_random  # noqa: E402
+from tileinfer_profiling.prompts import POINTS as PROMPT_POINTS  # noqa: E402
+from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
 
-POINTS = {"1k": 1024, "8k": 8192, "32k": 32768, "tiny": 200}
-# Tokens per step of the comparison's TileInfer runs (edit / explain at 1k, edit at 8k).
-REPLAY = {"1k": (7.1, 2.9), "8k": (1.87,), "32k": (1.87,), "tiny": (3.0,)}
+# prompt tokens: the benchmark's points, a long one, and one for the tiny preset's context
+POINTS = {name: p.prompt_tokens for name, p in PROMPT_POINTS.items()} | {"32k": 32768, "tiny": 200}
+
+
+def replayed(point):
+    """Tokens per step a DFlash step replays at `point`: TileInfer's in the comparison (edit and explain at
+    1k; the edit at 8k, which also stands for longer prompts); 3 on the tiny preset's prompts."""
+    if point == "tiny":
+        return (3.0,)
+    if point == "1k":
+        return tuple(tokens_per_step("1k", task) for task in ("edit", "explain"))
+    return (tokens_per_step("8k", "edit"),)
 
 
 def checkpoints(preset: str, root: Path):
     """The random-weight pair, shared with bench/ref/tileinfer_spec.py (written once under root/preset)."""
-    from bench.ref.tileinfer_spec import prepare_random
     target, drafter = prepare_random(preset, root / preset)
     return Path(target), Path(drafter)
 
@@ -47,7 +58,7 @@ def timed(engine, ids, new_tokens, repeats, **kw):
 
 
 def busy(engine, ids, block_size, accept_profile=None):
-    from profiling.step import profile_step
+    from tileinfer_profiling.step import profile_step
     prof = profile_step(engine, ids, block_size=block_size, max_new_tokens=48, accept_profile=accept_profile)
     graphs = prof.summary.set_index("variant")
     row = graphs.loc["graphs"] if "graphs" in graphs.index else graphs.iloc[-1]
@@ -62,7 +73,7 @@ def main(argv=None):
     parser.add_argument("--weights", default="bf16,int8")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench"))
+    parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     parser.add_argument("--features", action="store_true", help="also eager / one split / cuBLAS variants at the first point")
     parser.add_argument("--profile", action="store_true", help="kernel profiles of a DFlash step at the last point")
     args = parser.parse_args(argv)
@@ -96,7 +107,7 @@ def main(argv=None):
                    floor_ms=plain_floor, of_floor=plain_floor / r["step_ms"])
             plain_step = r["step_ms"]
             dflash_floor = dflash_step_bytes(cfg, dcfg, kv, weights) / bw * 1e3
-            for tps in (None, *REPLAY[point]):
+            for tps in (None, *replayed(point)):
                 r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
                 record(what="dflash step", weights=weights, point=point,
                        accept="random drafter" if tps is None else f"replay:{tps}", **r, floor_ms=dflash_floor,
@@ -104,18 +115,18 @@ def main(argv=None):
             if point == points[0]:
                 pct, _ = busy(engine, ids, 1)
                 record(what="busy plain decode (graphs)", weights=weights, point=point, busy_pct=pct)
-                pct, _ = busy(engine, ids, 16, accept_profile=REPLAY[point][0])
+                pct, _ = busy(engine, ids, 16, accept_profile=replayed(point)[0])
                 record(what="busy dflash step (graphs)", weights=weights, point=point, busy_pct=pct,
-                       accept=f"replay:{REPLAY[point][0]}")
+                       accept=f"replay:{replayed(point)[0]}")
             if args.features and point == points[0] and weights == "bf16":
                 for label, kw in (("eager (no CUDA graphs)", {"eager": True}), ("one split", {"num_splits": 1})):
                     r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **kw)
                     record(what=f"plain decode, {label}", weights=weights, point=point, accept="-", **r)
-                    r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=REPLAY[point][0], **kw)
+                    r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=replayed(point)[0], **kw)
                     record(what=f"dflash step, {label}", weights=weights, point=point,
-                           accept=f"replay:{REPLAY[point][0]}", **r)
+                           accept=f"replay:{replayed(point)[0]}", **r)
             if args.profile and point == points[-1]:
-                pct, prof = busy(engine, ids, 16, accept_profile=REPLAY[point][0])
+                pct, prof = busy(engine, ids, 16, accept_profile=replayed(point)[0])
                 prof.kernels.assign(weights=weights, point=point).to_csv(out / f"dflash_kernels_{weights}_{point}.csv", index=False)
                 summary = prof.summary.assign(weights=weights, point=point, **{k: base[k] for k in ("gpu", "git_rev", "command")})
                 summary.to_csv(out / f"dflash_profile_{weights}_{point}.csv", index=False)
@@ -128,9 +139,9 @@ def main(argv=None):
             ids = torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist()
             r = timed(cublas, ids, args.new_tokens, args.repeats, block_size=1)
             record(what="plain decode, cuBLAS linears", weights="bf16", point=points[0], accept="-", **r)
-            r = timed(cublas, ids, args.new_tokens, args.repeats, accept_profile=REPLAY[points[0]][0])
+            r = timed(cublas, ids, args.new_tokens, args.repeats, accept_profile=replayed(points[0])[0])
             record(what="dflash step, cuBLAS linears", weights="bf16", point=points[0],
-                   accept=f"replay:{REPLAY[points[0]][0]}", **r)
+                   accept=f"replay:{replayed(points[0])[0]}", **r)
             del cublas
 
     path = write_rows(rows, out / f"engine_{gpu_tag(env['gpu'])}.csv", last=base)

@@ -20,9 +20,7 @@ import argparse
 import csv
 import itertools
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,28 +29,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
 
-from tileinfer.ops import gemm_configs  # noqa: E402
+from tileinfer.ops import gemm_configs  # noqa: E402  (imports Triton itself, interpreted without a GPU)
 from tileinfer.ops.gemm_configs import M_BUCKETS, GemmConfig  # noqa: E402
 from tileinfer.ops.linear import quantize_weight  # noqa: E402
 from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
 from tileinfer.ops.w8a16_gemm import w8a16_gemm_tiled  # noqa: E402
+from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 
-QWEN3_4B = {  # name: (N, K)
-    "qkv": (6144, 2560),
-    "o": (2560, 4096),
-    "gate_up": (19456, 2560),
-    "down": (2560, 9728),
-    "lm_head": (151936, 2560),
-    "fc": (2560, 12800),  # the DFlash drafter's context projection
-}
-LAYER = ("qkv", "o", "gate_up", "down")
+# name: (N, K); fc is the DFlash drafter's projection of the tapped hidden states
+LINEARS = {name: (n, k) for name, n, k in QWEN3_4B.linears()} | {
+    "lm_head": (QWEN3_4B.vocab, QWEN3_4B.hidden), "fc": QWEN3_4B_DFLASH.fc}
+LAYER = tuple(name for name, _, _ in QWEN3_4B.linears())
 SMOKE = {"qkv": (96, 64), "o": (64, 96), "gate_up": (160, 64), "down": (64, 160), "lm_head": (200, 64), "fc": (64, 320)}
 L2_DEFEAT_BYTES = 256 << 20
 
@@ -70,19 +60,11 @@ GRID = {
                       (128, 256, 4, 4), (128, 128, 4, 6), (32, 512, 4, 4, False), (64, 256, 4, 4, False),
                       (32, 512, 2, 4, False), (32, 256, 2, 6, False), (64, 256, 2, 4, False)],
 }
-# The last three (2 warps) were added untimed: compiled for sm_90 (`profiling.compiled.gemm_variants`),
+# The last three (2 warps) were added untimed: compiled for sm_90 (`tileinfer_profiling.compiled.gemm_variants`),
 # the INT8 winners of the first tune (32 x 512, 4 warps) get a 2 x 2 warp layout on a 32 x 16 tile and
 # convert every weight twice; with 2 warps each weight is converted once and the main loop's integer
 # pipe needs ~0.57 of the byte floor's time instead of ~0.97 (down_proj, M = 16).
 SPLITS = (1, 2, 4, 8, 16)
-
-
-def git_rev() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except Exception:
-        return os.environ.get("GIT_REV", "unknown")
 
 
 def time_us(calls, trials: int = 5, min_calls: int = 24) -> float:
@@ -241,11 +223,11 @@ def main() -> None:
             log_file.write(msg + "\n")
             log_file.flush()
 
-    gpu = torch.cuda.get_device_name() if cuda else "cpu"
-    meta = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, git_rev=git_rev(),
-                command="python3 " + " ".join(sys.argv))
+    info = run_info(device)
+    gpu = info["gpu"]
+    meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     log(json.dumps(meta))
-    dims = SMOKE if args.smoke else QWEN3_4B
+    dims = SMOKE if args.smoke else LINEARS
     gen = torch.Generator(device=device).manual_seed(0)
     t_setup = time.time()
     shapes = {name: Shape(name, n, k, device, gen) for name, (n, k) in dims.items()}

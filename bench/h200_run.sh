@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: GPU tests of the engine, then the engine benchmark with a step profile.
-# GIT_REV must be set by the caller (the GPU machine's copy of the tree has no .git).
+# TILEINFER_GIT_REV must be set by the caller (the GPU machine's copy of the tree has no .git).
 set -u
 export PYTHONUNBUFFERED=1
 out=${OUT:-bench/results}

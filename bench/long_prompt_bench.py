@@ -6,19 +6,18 @@ Qwen3-4B-shaped random checkpoint with a 5-layer DFlash drafter, BF16 (bench/eng
   weights + KV caches ("activations") against the plan, and prefill ms (median of --repeats);
 - cap rows: the plan's longest prompt under --cap-gb (torch.cuda.set_per_process_memory_fraction; the
   CUDA context is not counted), then real DFlash runs binary-searching the true limit (≤ 4 runs);
-- decode row: DFlash tok/s at the longest length with replayed acceptance (--accept 1.87 tokens per
-  step: the comparison's edit task at 8k; random drafts accept nothing).
+- decode row: DFlash tok/s at the longest length with replayed acceptance (--accept: by default the
+  comparison's tokens per step on the edit task at 8k, bench/ref/reference.csv; random drafts accept nothing).
 The rows of the H200 run set DEFAULT_PREFILL_CHUNK: the smallest chunk within ~2 % of one-shot time.
 
     python bench/long_prompt_bench.py --out $OUT                      # H200, ~3 min with the checkpoint cached
-    python bench/long_prompt_bench.py --out /tmp/lp --preset tiny --lengths 96,300 --chunks 16,64 --cap-gb 0.002
+    python bench/long_prompt_bench.py --out lp --preset tiny --lengths 96,300 --chunks 16,64 --cap-gb 0.002
 """
 
 import argparse
 import gc
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
 from bench.engine_bench import checkpoints  # noqa: E402
-from bench.ref.metric import command_line, environment, gpu_tag, write_rows  # noqa: E402
+from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
+from bench.ref.reference import tokens_per_step  # noqa: E402
+from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer.memory import measure_peak_bytes  # noqa: E402
 
 GB = 1e9
@@ -188,9 +190,10 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=4096, help="the chunk of the cap and decode runs")
     parser.add_argument("--cap-gb", type=float, default=16.0)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--accept", type=float, default=1.87, help="replayed tokens per step (edit at 8k)")
+    parser.add_argument("--accept", type=float, default=tokens_per_step("8k", "edit"),
+                        help="replayed tokens per step (default: the comparison's edit at 8k)")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench"))
+    parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     parser.add_argument("--cap-trial", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cap_trial is not None:

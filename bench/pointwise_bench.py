@@ -11,21 +11,21 @@ import argparse
 import csv
 import math
 import os
-import subprocess
 import sys
 import traceback
 
 import torch
-import triton
-from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
+from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402  (before Triton: tileinfer.ops decides interpreting)
 from tileinfer.ops.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin  # noqa: E402
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref  # noqa: E402
+from tileinfer.shapes import QWEN3_4B  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
+from triton.testing import do_bench_cudagraph  # noqa: E402
 
-# Qwen3-4B
-HIDDEN, NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, INTERMEDIATE = 2560, 32, 8, 128, 9728
+HIDDEN, INTERMEDIATE = QWEN3_4B.hidden, QWEN3_4B.intermediate
+NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = QWEN3_4B.q_heads, QWEN3_4B.kv_heads, QWEN3_4B.head_dim
 EPS, THETA, MAX_POSITIONS = 1e-6, 1e6, 40960
 NUM_TOKENS = (1, 16, 1024)
 DTYPE = torch.bfloat16
@@ -115,25 +115,15 @@ def bench_case(name, T):
     return rows
 
 
-def _git_revision():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results", help="directory for pointwise.csv")
-    parser.add_argument("--git-revision", help="recorded when the tree has no .git (the device copy has none)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pointwise_bench needs a CUDA GPU")
     torch.manual_seed(0)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                git_revision=args.git_revision or _git_revision(),
-                command=" ".join([os.path.basename(sys.executable)] + sys.argv))
+    info = run_info()
+    meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     print(meta, flush=True)
 
     rows, failures = [], []

@@ -88,12 +88,14 @@ def jupyter_lab(root_dir, timeout_s=90):
 
 
 def copy_notebooks(dest, names=None, source=REPO / "notebooks"):
-    """Copy notebooks into `dest` (the browser may save them; the repository's stay output-free)."""
+    """Copy notebooks into `dest`/notebooks (the browser may save them; the repository's stay output-free),
+    beside a link to the repository's bench/, whose recorded results they read as ../bench/."""
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "notebooks").mkdir(parents=True, exist_ok=True)
+    (dest / "bench").symlink_to(REPO / "bench", target_is_directory=True)
     for path in sorted(Path(source).glob("*.ipynb")):
         if names is None or path.stem in names:
-            shutil.copy(path, dest / path.name)
+            shutil.copy(path, dest / "notebooks" / path.name)
     return dest
 
 
@@ -120,7 +122,7 @@ def browser_page(width=1280, height=900):
 
 def open_notebook(page, base, token, name):
     """Open notebooks/<name>.ipynb in JupyterLab's single-document mode and wait for its kernel."""
-    page.goto(f"{base}/lab/tree/{name}.ipynb?token={token}&reset")
+    page.goto(f"{base}/lab/tree/notebooks/{name}.ipynb?token={token}&reset")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
     page.evaluate("() => window.jupyterapp.shell.collapseLeft()")

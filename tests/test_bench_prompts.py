@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from bench.prompts import (
+from tileinfer_profiling.prompts import (
     POINTS, TASKS, ByteTokenizer, build_prompt, encode_ids, generate_module, load_prompt,
     render_prompt,
 )
-from bench.prompts.__main__ import main as prompts_cli
-from bench.prompts.render import DATA
+from tileinfer_profiling.prompts.__main__ import main as prompts_cli
+from tileinfer_profiling.prompts.render import DATA
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_stored_byte_prompts_match_the_generator(task, point):
 
 
 def test_cli_and_load_for_another_tokenizer(bpe, tmp_path, monkeypatch):
-    import bench.prompts.render as render
+    import tileinfer_profiling.prompts.render as render
 
     monkeypatch.setattr(render, "DATA", tmp_path)
     bpe.save(str(tmp_path / "tokenizer.json"))

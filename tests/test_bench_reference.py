@@ -1,28 +1,25 @@
-"""reference.csv holds every figure of the comparison's tables, equal to the text."""
+"""reference.csv holds every figure of the comparison's tables, equal to the text (comparison-with-vllm.txt)."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from bench.ref.metric import read_reference
+from bench.ref import reference as ref
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO.parent / "shared/seed/comparison-with-vllm.txt"
+SOURCE = Path(__file__).resolve().parents[1] / "bench" / "ref" / "comparison-with-vllm.txt"
 NUMBER = re.compile(r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(k(?![a-z]))?")
 NOT_FIGURES = re.compile(r"BF16|INT8|Qwen3-4B|1-token|\b[18]k\b(?!-)")
 
 
 @pytest.fixture(scope="module")
 def lines():
-    if not SOURCE.is_file():
-        pytest.skip(f"the comparison text is not at {SOURCE}")
     return SOURCE.read_text().splitlines()
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return read_reference()
+    return ref.rows()
 
 
 def figures(text):
@@ -87,3 +84,10 @@ def test_profile_and_key_figures(reference):
     assert {r["gpu_bandwidth_gbs"] for r in reference} == {736.0}
     assert {r["engine"] for r in reference} == {"vllm", "tileinfer"}
 
+
+
+def test_the_bench_scripts_replay_the_comparison_s_tokens_per_step(capsys):
+    assert ref.tokens_per_step("8k", "edit") == 1.87
+    assert ref.accept_profile("1k") == "edit=7.1,explain=2.9"
+    ref.main(["accept-profile", "8k", "--tasks", "edit"])
+    assert capsys.readouterr().out == "edit=1.87\n"

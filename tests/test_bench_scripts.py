@@ -1,4 +1,6 @@
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -6,8 +8,10 @@ import pytest
 from bench.ref import summary
 from bench.ref.metric import ROW_FIELDS, append_jsonl
 from tests.test_bench_metric import make_row
+from tileinfer_profiling.cli import build_parser
 
-REF = Path(__file__).resolve().parents[1] / "bench" / "ref"
+REPO = Path(__file__).resolve().parents[1]
+REF = REPO / "bench" / "ref"
 
 
 @pytest.mark.parametrize("script", ["run_all.sh", "profile.sh"])
@@ -17,9 +21,12 @@ def test_scripts_parse(script):
     subprocess.run(["bash", "-n", str(path)], check=True)
 
 
-def test_profile_sh_marks_the_line_to_adjust():
+def test_profile_sh_calls_the_step_profiler_with_flags_it_takes():
     text = (REF / "profile.sh").read_text()
-    assert "python -m profiling step" in text and text.count("ADJUST") >= 2
+    command = text[text.index("python -m tileinfer_profiling step"):].split("\ndone")[0]
+    flags = re.findall(r"(--[a-z-]+)", command)
+    step = build_parser()._subparsers._group_actions[0].choices["step"]
+    assert flags and set(flags) <= set(step._option_string_actions), flags
 
 
 def test_summary_cli(tmp_path, capsys):
@@ -30,3 +37,18 @@ def test_summary_cli(tmp_path, capsys):
     out = capsys.readouterr()
     assert "**disagree**" in out.out and "disagree" in out.err
     assert (tmp_path / "rows.csv").read_text().splitlines()[0] == ",".join(ROW_FIELDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, csv", [("gemm_bench.py", "gemm_h200.csv"), ("attention_bench.py", "attention.csv")])
+def test_kernel_benchmarks_run_their_smoke_shapes(script, csv, tmp_path):
+    """A fresh process on this machine (the Triton interpreter without a GPU): every kernel runs and checks."""
+    import pandas as pd
+
+    run = subprocess.run([sys.executable, f"bench/{script}", "--smoke", "--out", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    df = pd.read_csv(tmp_path / csv)
+    assert len(df) and not df.astype(str).apply(lambda c: c.str.contains("Error")).any().any()
+    if "ok" in df:
+        assert df.loc[df["section"] == "check", "ok"].all()

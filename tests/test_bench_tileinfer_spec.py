@@ -6,6 +6,8 @@ import pytest
 
 from bench.ref import tileinfer_spec as spec
 from bench.ref.metric import validate_row
+from tileinfer import load
+from tileinfer.random_weights import write_dflash_drafter, write_qwen3
 
 
 class FakeStats(SimpleNamespace):
@@ -54,6 +56,15 @@ def test_parse_and_jobs():
         spec.parse_args([])
 
 
+def test_workers_of_random_weights_record_no_checkpoint_paths():
+    args = spec.parse_args(["--random-weights", "tiny", "--random-dir", "rw", "--points", "1k", "--processes", "1",
+                            "--dflash", "off", "--weights", "bf16"])
+    args.model, args.draft, args.prepared = "/abs/target", "/abs/drafter", True  # as main() prepares them
+    ((_, argv),) = spec.jobs(args)
+    assert "--model" not in argv and "/abs/target" not in argv
+    assert argv[argv.index("--random-weights") + 1] == "tiny" and argv[argv.index("--random-dir") + 1] == "rw"
+
+
 @pytest.mark.parametrize("dflash", ["on", "off"])
 def test_worker_rows_with_a_fake_engine(dflash):
     engine, loads, emitted = FakeEngine(vocab_size=200), [], []
@@ -88,11 +99,6 @@ def test_worker_rows_with_a_fake_engine(dflash):
 
 @pytest.mark.slow
 def test_worker_on_a_tiny_random_checkpoint(tmp_path):
-    try:
-        from tileinfer import load
-        from tileinfer.random_weights import write_dflash_drafter, write_qwen3
-    except ImportError as e:
-        pytest.skip(f"tileinfer.load is not importable yet: {e}")
     target = write_qwen3(tmp_path / "target", "tiny", max_position_embeddings=1024)
     drafter = write_dflash_drafter(tmp_path / "drafter", target, num_layers=1, block_size=4)
     args = spec.parse_args(["--worker", "--model", str(target), "--draft", str(drafter),

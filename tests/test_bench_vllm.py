@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.prompts import ByteTokenizer
+from tileinfer_profiling.prompts import ByteTokenizer
 from bench.ref import vllm_spec
 from bench.ref.metric import Timing, validate_row
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tileinfer
-from bench.prompts import load_prompt
+from tileinfer_profiling.prompts import load_prompt
 
 # Floors a little under the measured figures: bf16 on a GPU and fp32 here round differently.
 FLOORS = {"edit": 12.0, "explain": 10.0}

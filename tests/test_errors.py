@@ -58,6 +58,13 @@ def test_hub_id_resolves_through_the_local_cache(pair, tmp_path, monkeypatch):
     assert tileinfer.load("acme/tiny", weights="fp32").path == snapshot
 
 
+def test_hub_id_without_a_main_ref_is_not_guessed(pair, tmp_path, monkeypatch):
+    shutil.copytree(pair[0], tmp_path / "models--acme--tiny" / "snapshots" / "abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache"):
+        tileinfer.load("acme/tiny")
+
+
 def test_directory_without_config(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="no config.json"):

@@ -1,5 +1,5 @@
 """The notebooks: stored clean and thin, executed top to bottom by papermill with tiny CPU parameters,
-the split explorer driven headless, and `tileinfer.report`'s HTML carrying rendered plotly figures."""
+the split explorer driven headless, and `bench.report`'s HTML carrying rendered plotly figures."""
 
 import json
 import os
@@ -14,6 +14,8 @@ pytest.importorskip("ipywidgets")
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+RESULTS = REPO / "bench" / "results"
+REFERENCE = REPO / "bench" / "ref" / "reference.csv"
 NAMES = [p.stem for p in NOTEBOOKS]
 MAX_CELL_LINES = 15
 
@@ -21,7 +23,7 @@ MAX_CELL_LINES = 15
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
     """A tiny random target + 2-layer drafter whose context holds the 1k prompts."""
-    from profiling.notebook_support import write_stand_in
+    from tileinfer_profiling.pair import write_stand_in
     return write_stand_in(tmp_path_factory.mktemp("pair"))
 
 
@@ -91,7 +93,7 @@ def test_notebook_executes_on_cpu(name, tiny_pair, tmp_path):
 
 
 def test_split_explorer_slider_retimes_and_redraws():
-    from profiling.split_explorer import SplitExplorer
+    from tileinfer_profiling.split_explorer import SplitExplorer
 
     explorer = SplitExplorer(kv_len=64, num_splits=1, max_kv_len=128)
     before = explorer.figure.data[0].y
@@ -110,11 +112,11 @@ def test_split_explorer_slider_retimes_and_redraws():
 
 
 def test_split_explorer_shows_the_recorded_curves():
-    from profiling import notebook_support as nbs
-    from profiling.split_explorer import SplitExplorer
+    from tileinfer_profiling import recorded
+    from tileinfer_profiling.split_explorer import SplitExplorer
 
-    recorded = nbs.recorded_attention()
-    explorer = SplitExplorer(kv_len=64, max_kv_len=128, sweep=recorded, measure_now=False)
+    sweep = recorded.attention(RESULTS / "attention_h200.csv")
+    explorer = SplitExplorer(kv_len=64, max_kv_len=128, sweep=sweep, measure_now=False)
     names = [t.name for t in explorer.sweep_figure.data]
     assert any(n.startswith("ours kv 8192") for n in names) and any(n.startswith("SDPA") for n in names)
     shown = explorer.widget.children[-1].children[1].outputs[0]["data"]["application/vnd.plotly.v1+json"]
@@ -123,21 +125,22 @@ def test_split_explorer_shows_the_recorded_curves():
 
 
 def test_recorded_results_in_sweep_form():
-    from profiling import notebook_support as nbs
+    from tileinfer_profiling import best_splits, load_reference, recorded
+    from tileinfer_profiling.compare import reference_tokens_per_step
 
-    attention = nbs.recorded_attention()
+    attention = recorded.attention(RESULTS / "attention_h200.csv")
     assert {"ours", "sdpa"} == set(attention["impl"]) and (attention["gpu"] == "NVIDIA H200").all()
-    best = nbs.best_splits(attention)
+    best = best_splits(attention)
     assert (best["vs_sdpa"] > 0).all() and set(best["kv_len"]) >= {1024, 8192, 32768}
-    gemms = nbs.recorded_gemms()
+    gemms = recorded.gemms(RESULTS / "gemm_h200.csv")
     assert not gemms.duplicated(["shape", "m", "weights", "impl"]).any()
     assert {"ours", "cublas"} <= set(gemms["impl"]) and (gemms["floor_us"] > 0).all()
-    assert len(nbs.reference_tokens_per_step()) >= 16
+    assert len(reference_tokens_per_step(load_reference(REFERENCE))) >= 16
 
 
 @pytest.mark.slow
 def test_report_writes_notebook_and_html_with_plotly_figures(tiny_pair, tmp_path, capsys):
-    from tileinfer import report
+    from bench import report
 
     report.main(["--out", str(tmp_path), "--model", tiny_pair[0], "--draft", tiny_pair[1], "--new-tokens", "3"])
     printed = capsys.readouterr().out

@@ -1,11 +1,17 @@
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from profiling.cli import main
-from profiling.compare import REFERENCE_CSV
 from tests.helpers import tiny_pair
+from tileinfer_profiling import sweeps
+from tileinfer_profiling.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_CSV = REPO / "bench" / "ref" / "reference.csv"
 
 
 def test_sweep_gemm_writes_csv_and_html(tmp_path, capsys):
@@ -17,16 +23,41 @@ def test_sweep_gemm_writes_csv_and_html(tmp_path, capsys):
 
 
 def test_sweep_attention_tiny(tmp_path):
-    main(["sweep", "attention", "--kv-lens", "32", "--q-lens", "2", "--num-splits", "1", "--out", str(tmp_path)])
-    df = pd.read_csv(tmp_path / "attention.csv")
+    assert main(["sweep", "attention", "--kv-lens", "32", "--q-lens", "2", "--num-splits", "1",
+                 "--out", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "attention.csv", keep_default_na=False)
     assert list(df["impl"]) == ["ours", "sdpa"] and (df["kv_len"] == 32).all()
+    assert (df["error"] == "").all()
     assert (tmp_path / "attention.html").exists()
 
 
+@pytest.mark.slow
+def test_the_tileinfer_command_sweeps_attention_on_a_cpu(tmp_path):
+    """The console script in a fresh process: every "ours" row is timed (Triton under the interpreter)."""
+    run = subprocess.run([str(Path(sys.executable).with_name("tileinfer")), "profile", "sweep", "attention",
+                          "--kv-lens", "64", "--q-lens", "1,4", "--num-splits", "1,2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "attention.csv", keep_default_na=False)
+    ours = df[df["impl"] == "ours"]
+    assert len(ours) == 4 and (ours["error"] == "").all() and (ours["time_us"] > 0).all()
+    assert set(ours["impl_source"]) == {"triton decode_attention"}
+
+
+def test_a_sweep_whose_rows_all_fail_exits_non_zero(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel broke")
+
+    monkeypatch.setattr(sweeps, "_ours_attention", broken)
+    assert main(["sweep", "attention", "--kv-lens", "32", "--q-lens", "1", "--num-splits", "1,2",
+                 "--out", str(tmp_path)]) == 1
+    assert "every 'ours' row failed; the first: RuntimeError: kernel broke" in capsys.readouterr().err
+    df = pd.read_csv(tmp_path / "attention.csv", keep_default_na=False)  # the rows are written all the same
+    assert (df.loc[df["impl"] == "sdpa", "error"] == "").all()
+
+
 def test_compare_writes_fractions(tmp_path):
-    if not REFERENCE_CSV.exists():
-        pytest.skip(f"{REFERENCE_CSV} is not there yet")
-    main(["compare", "--out", str(tmp_path)])
+    main(["compare", "--reference", str(REFERENCE_CSV), "--out", str(tmp_path)])
     df = pd.read_csv(tmp_path / "comparison.csv")
     assert {"engine", "gpu", "bandwidth_fraction"} <= set(df.columns)
     assert "fraction of the GPU" in (tmp_path / "comparison.html").read_text()

@@ -6,8 +6,8 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from profiling.cli import main
-from profiling.compiled import _SASS, cases, compile_cases, gemm_variants, main_loop, occupancy
+from tileinfer_profiling.cli import main
+from tileinfer_profiling.compiled import _SASS, cases, compile_cases, gemm_variants, main_loop, occupancy
 from tileinfer.ops.gemm_configs import GemmConfig
 
 

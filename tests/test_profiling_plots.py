@@ -1,14 +1,18 @@
+from pathlib import Path
+
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from profiling import plots
-from profiling.aggregate import gemm_vs_attention_ms
-from profiling.ceilings import H200
-from profiling.compare import REFERENCE_CSV, reference_fractions
-from profiling.trace import kernels_from_events
-
 from tests.test_profiling_trace import _gpu_trace_with_launches
+from tileinfer_profiling import plots
+from tileinfer_profiling.aggregate import gemm_vs_attention_ms
+from tileinfer_profiling.ceilings import H200
+from tileinfer_profiling.compare import load_reference, reference_fractions, tokens_per_step
+from tileinfer.errors import ConfigError
+from tileinfer_profiling.trace import kernels_from_events
+
+REFERENCE_CSV = Path(__file__).resolve().parents[1] / "bench" / "ref" / "reference.csv"
 
 
 def _names(fig):
@@ -80,8 +84,30 @@ def test_reference_comparison_as_bandwidth_fractions():
     assert "fraction of the GPU's memory bandwidth" in fig.layout.yaxis.title.text
 
 
-def test_reference_csv_when_present():
-    if not REFERENCE_CSV.exists():
-        pytest.skip(f"{REFERENCE_CSV} is not there yet")
-    fr = reference_fractions()
+def test_the_reference_table_as_fractions():
+    reference = load_reference(REFERENCE_CSV)
+    fr = reference_fractions(reference)
     assert len(fr) and fr["bandwidth_fraction"].between(0, 1).all()
+    assert tokens_per_step(reference, "1k", "edit") == 7.1 and tokens_per_step(reference, "8k", "edit") == 1.87
+    assert tokens_per_step(reference, "1k", "explain", weights="int8", engine="vllm") == 3.0
+    with pytest.raises(ConfigError, match="0 tokens-per-step figures for tileinfer 32k edit"):
+        tokens_per_step(reference, "32k", "edit")
+
+
+def test_generation_and_acceptance_figures():
+    table = pd.DataFrame({"prefill_ms": [5.0, 5.0], "drafter_ms": [0.0, 2.0], "verify_ms": [9.0, 4.0],
+                          "accept_ms": [0.0, 1.0], "other_ms": [1.0, 1.0]}, index=["plain decode", "DFlash"])
+    assert _names(plots.time_split_figure(table)) == ["prefill", "drafter", "verify", "accept", "other"]
+    runs = pd.DataFrame([{"point": "1k", "task": "edit", "mean_tokens_per_step": 2.5, "tokens_per_step": [1, 4, 2]}])
+    assert _names(plots.acceptance_histogram_figure(runs)) == ["1k edit (mean 2.50)"]
+    reference_tps = pd.DataFrame([{"engine": "vllm", "gpu": "RTX 4080 SUPER", "point": "1k", "task": "edit",
+                                   "weights": "bf16", "tokens_per_step": 4.9}])
+    fig = plots.acceptance_comparison_figure(runs, reference_tps, label="this run")
+    assert _names(fig) == ["vllm · RTX 4080 SUPER (reference, bf16)", "this run"]
+    assert _names(plots.acceptance_comparison_figure(None, reference_tps)) == ["vllm · RTX 4080 SUPER (reference, bf16)"]
+
+
+def test_a_trace_without_layer_ranges_says_so():
+    empty = pd.DataFrame(columns=["model", "layer", "part", "time_ms"])
+    fig = plots.per_layer_figure(empty)
+    assert not fig.data and "no layer.N.* ranges" in fig.layout.annotations[0].text

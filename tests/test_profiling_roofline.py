@@ -3,16 +3,22 @@ import math
 
 import pytest
 
-from profiling import ceilings as ceilings_mod
-from profiling.ceilings import H200, cache_path, measure
-from profiling.roofline import (QWEN3_4B, QWEN3_4B_DFLASH, achieved, add_achieved, attention_bytes, attention_flops,
-                                dflash_step_bytes, floor_ms, kv_bytes_per_position, linear_bytes, linear_flops,
-                                qwen3_linears, step_bytes)
+from tileinfer.byte_model import kv_bytes_per_position
+from tileinfer.config import DFlashConfig, Qwen3Config
 from tileinfer.errors import ConfigError
+from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH
+from tileinfer_profiling import ceilings as ceilings_mod
+from tileinfer_profiling.ceilings import H200, cache_path, measure
+from tileinfer_profiling.roofline import (achieved, add_achieved, attention_bytes, attention_flops, dflash_step_bytes,
+                                          floor_ms, floor_table, linear_bytes, linear_flops, step_bytes)
+
+QWEN3_4B_HF = dict(QWEN3_4B.hf_fields(), model_type="qwen3", max_position_embeddings=40960)
+QWEN3_4B_DFLASH_HF = dict(QWEN3_4B_HF, num_hidden_layers=5, block_size=16, target_layer_ids=[1, 9, 17, 25, 33],
+                          mask_token_id=151669, num_target_layers=36)
 
 
 def test_linear_bytes_and_flops_qwen3_4b_shapes():
-    shapes = {name: (n, k) for name, n, k in qwen3_linears(QWEN3_4B)}
+    shapes = {name: (n, k) for name, n, k in QWEN3_4B.linears()}
     assert shapes == {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)}
     # gate_up at M = 1: 19456·2560·2 B of weight + 2560·2 in + 19456·2 out
     assert linear_bytes(19456, 2560, 1, "bf16") == 99_614_720 + 5_120 + 38_912
@@ -42,7 +48,7 @@ def test_step_bytes_match_facts():
     assert parts["lm_head"] / 1e9 == pytest.approx(0.78, abs=0.005)
     assert parts["total"] / 1e9 == pytest.approx(8.04, abs=0.01)
     assert kv_bytes_per_position(QWEN3_4B) == 147_456
-    assert kv_bytes_per_position(QWEN3_4B_DFLASH) == 20_480
+    assert kv_bytes_per_position(QWEN3_4B_DFLASH.layers) == 20_480
     assert step_bytes(QWEN3_4B, 1024) - step_bytes(QWEN3_4B, 0) == 1024 * 147_456
     assert step_bytes(QWEN3_4B, 0, weights="int8") / 1e9 == pytest.approx(4.02, abs=0.02)
     # plain BF16 step floor at 4.19 TB/s: 1.92 ms
@@ -55,18 +61,25 @@ def test_dflash_step_bytes_match_facts():
     assert parts["drafter_lm_head"] == parts["target_lm_head"]
     assert dflash_step_bytes(QWEN3_4B, QWEN3_4B_DFLASH, 1024) / 4.19e12 * 1e3 == pytest.approx(2.40, abs=0.01)
     assert dflash_step_bytes(QWEN3_4B, QWEN3_4B_DFLASH, 8192) / 4.19e12 * 1e3 == pytest.approx(2.69, abs=0.01)
-    # the drafter's taps may sit under dflash_config
-    nested = {k: v for k, v in QWEN3_4B_DFLASH.items() if k != "target_layer_ids"}
+    # Hugging Face fields, the drafter's taps at the top level or under dflash_config
+    assert dflash_step_bytes(QWEN3_4B_HF, QWEN3_4B_DFLASH_HF, 1024) == dflash_step_bytes(QWEN3_4B, QWEN3_4B_DFLASH, 1024)
+    nested = {k: v for k, v in QWEN3_4B_DFLASH_HF.items() if k != "target_layer_ids"}
     nested["dflash_config"] = {"target_layer_ids": [1, 9, 17, 25, 33]}
     assert dflash_step_bytes(QWEN3_4B, nested, 1024) == dflash_step_bytes(QWEN3_4B, QWEN3_4B_DFLASH, 1024)
+    with pytest.raises(ConfigError, match="target_layer_ids"):
+        dflash_step_bytes(QWEN3_4B, {k: v for k, v in nested.items() if k != "dflash_config"}, 1024)
 
 
 def test_dflash_step_bytes_from_engine_configs():
-    config = pytest.importorskip("tileinfer.config")
-    target = config.Qwen3Config.from_dict(dict(QWEN3_4B, model_type="qwen3", max_position_embeddings=40960))
-    drafter = config.DFlashConfig.from_dict(dict(QWEN3_4B_DFLASH, model_type="qwen3", mask_token_id=151669,
-                                                 num_target_layers=36, max_position_embeddings=40960))
+    target = Qwen3Config.from_dict(QWEN3_4B_HF)
+    drafter = DFlashConfig.from_dict(QWEN3_4B_DFLASH_HF)
     assert dflash_step_bytes(target, drafter, 8192) == dflash_step_bytes(QWEN3_4B, QWEN3_4B_DFLASH, 8192)
+
+
+def test_floor_table_at_the_h200_ceiling():
+    table = floor_table(ceilings=H200).set_index(["weights", "kv_len", "step"])
+    assert table.loc[("bf16", 1024, "DFlash step"), "floor_ms"] == pytest.approx(2.40, abs=0.01)
+    assert table.loc[("int8", 1024, "plain decode"), "GB_per_step"] < table.loc[("bf16", 1024, "plain decode"), "GB_per_step"]
 
 
 def test_achieved_and_floor():

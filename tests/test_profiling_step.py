@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from profiling.step import profile_step
+from tileinfer_profiling.step import profile_step
 from tileinfer import tracing
 from tests.helpers import tiny_pair
 from tileinfer import load

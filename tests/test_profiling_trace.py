@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
-from profiling.aggregate import gemm_vs_attention_ms, per_class, per_layer
-from profiling.busy import busy_by_phase, busy_fraction, busy_time
-from profiling.trace import kernel_class, kernels_from_events, load_trace, trace_kernels
+from tileinfer_profiling.aggregate import gemm_vs_attention_ms, per_class, per_layer
+from tileinfer_profiling.busy import busy_by_phase, busy_fraction, busy_time
+from tileinfer_profiling.trace import kernel_class, kernels_from_events, load_trace, trace_kernels
 from tileinfer import tracing
 
 CPU, DEV = 4242, 0

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tileinfer import quant
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.linear import Linear
 from tileinfer.quant import (
@@ -130,11 +131,13 @@ def test_load_errors(tmp_path):
         load_quantized_tensors(tmp_path / "missing")
 
 
-def test_save_failure_leaves_nothing(tmp_path):
-    model = quantize_int8(TinyQwen3())
-    model.tensors["model.norm.weight"] = "not a tensor"
-    with pytest.raises(Exception):
-        save_quantized(model, tmp_path / "q")
+def test_save_failure_leaves_nothing(tmp_path, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(quant, "save_file", disk_full)  # the weights' write fails half-way through the save
+    with pytest.raises(OSError, match="No space left on device"):
+        save_quantized(quantize_int8(TinyQwen3()), tmp_path / "q")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,11 +1,12 @@
 """Every recorded figure says where it came from, and the workbench can read it."""
 
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from profiling import notebook_support as nbs
+from tileinfer_profiling import recorded
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
@@ -17,15 +18,24 @@ def test_recorded_csv_states_its_provenance(path):
     columns = set(df.columns)
     assert columns & {"gpu", "device"}, "no GPU / device column"
     assert {"torch", "triton"} <= columns
-    assert columns & {"git_rev", "git_revision"} and "command" in columns
+    assert {"git_rev", "command"} <= columns
     assert df["command"].notna().all()
 
 
+@pytest.mark.parametrize("path", sorted(RESULTS.iterdir()), ids=lambda p: p.name)
+def test_recorded_commands_name_no_machine_paths(path):
+    """Commands and paths as typed at the repository root: none of the machine that ran them."""
+    text = path.read_text()
+    assert not re.search(r"(^|[\s\"'=(,])/(root|tmp|work|home|Users)/", text), "an absolute path of a machine"
+
+
 def test_workbench_reads_the_recorded_runs():
-    steps = nbs.recorded_engine_steps()
+    steps = recorded.engine_steps(RESULTS / "engine_h200.csv")
     assert {"plain decode", "dflash step"} <= set(steps["what"])
     assert (steps["step_ms"] > 0).all()
-    comparison = nbs.recorded_comparison()
+    comparison = recorded.comparison(sorted(RESULTS.glob("comparison_*_h200.jsonl")))
     assert set(comparison["point"]) == {"1k", "8k"} and (comparison["decode_tok_s"] > 0).all()
-    long = nbs.recorded_long_prompts()
+    index = recorded.index(RESULTS).set_index("file")
+    assert index.loc["pointwise_h200.csv", "git_rev"] == "unknown" and (index["rows"] > 0).all()
+    long = recorded.long_prompts(RESULTS / "long_prompts_h200.csv")
     assert set(long["prompt_tokens"]) >= {8192, 32768}

@@ -8,6 +8,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 import tileinfer
 from tests.helpers import tiny_target
 from tileinfer.cli import main
+from tileinfer_profiling.cli import tileinfer_main
 
 
 def write_tokenizer(path, vocab_size=160):
@@ -43,9 +44,21 @@ def test_cli_reports_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_cli_profile_forwards_everything_to_the_profiling_cli(capsys):
+def test_tileinfer_command_forwards_profile_to_the_workbench(capsys):
     with pytest.raises(SystemExit) as done:
-        main(["profile", "--help"])
+        tileinfer_main(["profile", "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: tileinfer profile") and "sweep" in out and "ceilings" in out
+
+
+def test_tileinfer_command_runs_the_engine_s_generate(tmp_path, capsys):
+    path = tiny_target(tmp_path)
+    assert tileinfer_main(["generate", str(path), "1,2", "--ids", "--max-new-tokens", "2", "--weights", "fp32"]) == 0
+    assert len(capsys.readouterr().out.strip().split(",")) == 2
+
+
+def test_the_engine_cli_alone_knows_only_its_own_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    assert "invalid choice: 'profile'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""TileInfer: Qwen3 inference with DFlash speculative decoding on Triton kernels, and a profiling workbench."""
+"""TileInfer: Qwen3 inference with DFlash speculative decoding on Triton kernels."""
 
 from tileinfer.engine import Engine
 from tileinfer.errors import CheckpointError, ConfigError, DrafterMismatchError, RequestError, TileInferError

@@ -18,7 +18,8 @@ def hf_cache_dir() -> Path:
 
 
 def resolve(model: str | os.PathLike) -> Path:
-    """A checkpoint directory, or a hub id found in the local Hugging Face cache (never downloaded)."""
+    """A checkpoint directory, or a hub id whose snapshot of `main` is in the local Hugging Face cache
+    (never downloaded)."""
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -29,17 +30,20 @@ def resolve(model: str | os.PathLike) -> Path:
         raise CheckpointError(f"{path} is a file; give the checkpoint's directory")
     if text.count("/") != 1 or text.startswith((".", "/", "~")):
         raise CheckpointError(f"{text} does not exist (not a directory, and not a hub id such as 'Qwen/Qwen3-4B')")
-    repo = hf_cache_dir() / ("models--" + text.replace("/", "--"))
-    snapshots = repo / "snapshots"
-    ref = repo / "refs" / "main"
-    if ref.is_file() and (snapshots / ref.read_text().strip() / "config.json").is_file():
-        return snapshots / ref.read_text().strip()
-    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
-    if found:
-        return found[-1].parent
-    raise CheckpointError(
-        f"{text} is not in the local Hugging Face cache ({hf_cache_dir()}); TileInfer never downloads: "
-        f"fetch it with `huggingface-cli download {text}` on a connected machine, or pass a directory")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        snapshot = Path(snapshot_download(text, cache_dir=hf_cache_dir(), local_files_only=True))
+    except HFValidationError as e:
+        raise CheckpointError(f"{text} is not a directory nor a valid hub id: {e}") from None
+    except LocalEntryNotFoundError:
+        raise CheckpointError(
+            f"{text} is not in the local Hugging Face cache ({hf_cache_dir()}); TileInfer never downloads: "
+            f"fetch it with `huggingface-cli download {text}` on a connected machine, or pass a directory") from None
+    if not (snapshot / "config.json").is_file():
+        raise CheckpointError(f"the cached snapshot of {text} ({snapshot}) has no config.json")
+    return snapshot
 
 
 def safetensors_files(path: Path) -> list[Path]:

@@ -25,7 +25,10 @@ def _generate(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, commands=None) -> int:
+    """`commands`: more subcommands, {name: (help, run)}; `run(args)` gets every argument after the name
+    (its own --help included) and returns the exit status."""
+    commands = commands or {}
     parser = argparse.ArgumentParser(prog="tileinfer", description="Qwen3 + DFlash inference on Triton kernels")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="greedy generation from a prompt")
@@ -39,12 +42,12 @@ def main(argv=None) -> int:
     gen.add_argument("--backend", default=None, choices=["triton", "torch"])
     gen.add_argument("--eager", action="store_true", help="no CUDA graphs")
     gen.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
-    sub.add_parser("profile", help="kernel sweeps and step profiles (python -m profiling)", add_help=False)
+    for name, (help_text, _) in commands.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if argv[:1] == ["profile"]:  # everything after it, --help included, is the profiling CLI's
-            from profiling.cli import main as profile_main
-            return profile_main(argv[1:], prog="tileinfer profile")
+        if argv[:1] and argv[0] in commands:
+            return commands[argv[0]][1](argv[1:])
         return _generate(parser.parse_args(argv))
     except TileInferError as e:
         print(f"tileinfer: error: {e}", file=sys.stderr)

@@ -7,7 +7,7 @@ from tileinfer.config import DFlashConfig, Qwen3Config, read_json
 from tileinfer.engine import DEFAULT_PREFILL_CHUNK, Engine
 from tileinfer.errors import ConfigError
 from tileinfer.models.dflash import build_drafter
-from tileinfer.models.qwen3 import build_quantized_qwen3, build_qwen3
+from tileinfer.models.qwen3_checkpoint import build_quantized_qwen3, build_qwen3
 from tileinfer.ops.backend import Ops
 
 WEIGHTS = ("bf16", "fp16", "fp32", "int8")

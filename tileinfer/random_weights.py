@@ -10,27 +10,23 @@ import torch
 from safetensors.torch import save_file
 
 from tileinfer.config import Qwen3Config, build_target_layer_ids
-from tileinfer.models.qwen3 import expected_shapes
+from tileinfer.models.qwen3_checkpoint import expected_shapes
+from tileinfer.shapes import QWEN3, ModelShape
 
-_QWEN3 = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960,
-              eos_token_id=151645)
-# The dense Qwen3 sizes as their Hugging Face config.json files give them.
-PRESETS = {
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                       tie_word_embeddings=True, **_QWEN3),
-    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                       tie_word_embeddings=True, **_QWEN3),
-    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-                     tie_word_embeddings=False, **_QWEN3),
-    "qwen3-14b": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
-                      tie_word_embeddings=False, **_QWEN3),
-    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                     num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
-                     tie_word_embeddings=True, eos_token_id=151645),
-    "tiny": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, vocab_size=160, max_position_embeddings=512,
-                 tie_word_embeddings=True, eos_token_id=2),
-}
+# A stack small enough for the interpreter: tests and stand-ins.
+TINY = ModelShape(hidden=64, intermediate=96, layers=4, q_heads=4, kv_heads=2, head_dim=16, vocab=160, tied=True)
+
+
+def _preset(shape: ModelShape, max_position_embeddings: int, eos_token_id: int) -> dict:
+    fields = shape.hf_fields()
+    tied = fields.pop("tie_word_embeddings")
+    return fields | dict(max_position_embeddings=max_position_embeddings, tie_word_embeddings=tied,
+                         eos_token_id=eos_token_id)
+
+
+# "qwen3-0.6b" … "qwen3-14b" (the Hugging Face configs' context and EOS), and "tiny".
+PRESETS = {f"qwen3-{size}": _preset(shape, 40960, 151645) for size, shape in QWEN3.items()}
+PRESETS["tiny"] = _preset(TINY, 512, 2)
 
 
 def qwen3_config(preset="tiny", **overrides) -> dict:

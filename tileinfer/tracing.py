@@ -13,7 +13,7 @@ A range is emitted to up to three places:
   attribute kernels to steps and layers (torch.profiler does not see NVTX ranges).
 - hooks added with `add_hook(fn)`: `fn(name, level, payload)` on entry.
 
-Levels: "step" ranges (prefill, drafter, verify, accept, decode) are always emitted; "layer" ranges
+Levels: "step" ranges (`PHASES`) are always emitted; "layer" ranges
 only after `set_level("layer")` (or TILEINFER_TRACE_LEVEL=layer in the environment). With no tool
 attached, no scopes recorded and no hooks, `annotate` returns one shared null context.
 """
@@ -24,9 +24,13 @@ import os
 from tileinfer.errors import ConfigError
 
 __all__ = ["annotate", "set_level", "get_level", "record_scopes", "add_hook", "remove_hook",
-           "nvtx_enabled", "LEVELS"]
+           "nvtx_enabled", "LEVELS", "PHASES", "STEP_PHASES"]
 
 LEVELS = ("step", "layer")
+# The "step" ranges the engine emits: prefill, then per step a drafter pass and a verify (DFlash) or a
+# decode (plain), then accept.
+PHASES = ("prefill", "drafter", "verify", "decode", "accept")
+STEP_PHASES = PHASES[1:]
 DOMAIN = "tileinfer"
 # Payload keys that change every step go to the NVTX payload; the rest name the category.
 _PAYLOAD_KEYS = ("kv_len", "tokens")

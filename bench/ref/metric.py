@@ -11,8 +11,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -222,51 +220,26 @@ def measure_read_bandwidth_gbs(nbytes=2 << 30, repeats=10):
     return nbytes / statistics.median(times) / 1e9
 
 
-def git_rev(repo=None):
-    if os.environ.get("GIT_REV"):  # a copy of the tree without .git (the GPU machine) is told its revision
-        return os.environ["GIT_REV"]
-    repo = repo or Path(__file__).resolve().parents[2]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + ("-dirty" if dirty else "")) or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def environment(measure_bandwidth=True):
     """gpu, gpu_bandwidth_gbs (+ source), torch, triton, git_rev for the rows."""
-    try:
-        import torch
-        torch_version = torch.__version__
-        has_cuda = torch.cuda.is_available()
-    except ImportError:
-        torch_version, has_cuda = "none", False
-    try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "none"
-    gpu, bandwidth, source = "cpu", math.nan, "unknown"
-    if has_cuda:
-        gpu = torch.cuda.get_device_name()
+    import torch
+
+    from tileinfer_profiling.run_info import run_info
+
+    info = run_info()
+    bandwidth, source = math.nan, "unknown"
+    if torch.cuda.is_available():
         if measure_bandwidth:
             bandwidth, source = measure_read_bandwidth_gbs(), "measured"
         else:
-            bandwidth = datasheet_bandwidth_gbs(gpu)
+            bandwidth = datasheet_bandwidth_gbs(info["gpu"])
             source = "unknown" if math.isnan(bandwidth) else "datasheet"
-    return {"gpu": gpu, "gpu_bandwidth_gbs": round(bandwidth, 1), "gpu_bandwidth_source": source,
-            "torch": torch_version, "triton": triton_version, "git_rev": git_rev()}
+    return {"gpu": info["gpu"], "gpu_bandwidth_gbs": round(bandwidth, 1), "gpu_bandwidth_source": source,
+            "torch": info["torch"], "triton": info["triton"], "git_rev": info["git_rev"]}
 
 
 def timestamp():
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def command_line():
-    return " ".join([os.path.basename(sys.executable), *sys.argv])
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -312,13 +285,3 @@ def write_rows(rows, path, last=()):
 def gpu_tag(gpu):
     """A GPU name as results files carry it: 'h200', or the name in lower case with underscores."""
     return "h200" if "H200" in gpu else gpu.replace(" ", "_").lower()
-
-
-REFERENCE_CSV = Path(__file__).with_name("reference.csv")
-
-
-def read_reference(path=REFERENCE_CSV):
-    """The comparison's published figures (RTX 4080 SUPER), values as floats."""
-    with open(path, newline="") as f:
-        return [r | {"value": float(r["value"]), "gpu_bandwidth_gbs": float(r["gpu_bandwidth_gbs"]),
-                     "source_line": int(r["source_line"])} for r in csv.DictReader(f)]

@@ -16,7 +16,8 @@ mkdir -p "$OUT"
 
 if [[ -n "${RANDOM_WEIGHTS:-}" ]]; then
   read -r MODEL DRAFT < <(python -c "from bench.ref.tileinfer_spec import prepare_random; print(*prepare_random('$RANDOM_WEIGHTS'))")
-  REPLAY=(--accept-profile "${ACCEPT_PROFILE:-1.87}")   # the comparison's tokens per step at 8k
+  # the comparison's tokens per step on the edit at 8k (reference.csv)
+  REPLAY=(--accept-profile "${ACCEPT_PROFILE:-$(python -m bench.ref.reference tokens-per-step 8k edit)}")
 else
   REPLAY=()
 fi
@@ -26,7 +27,7 @@ for TASK in edit explain; do
   python - "$MODEL" "$TASK" "$OUT/$TASK-8k.ids.json" <<'PY'
 import json, sys
 from pathlib import Path
-from bench.prompts import ByteTokenizer, load_prompt, tokenizer_from_path
+from tileinfer_profiling.prompts import ByteTokenizer, load_prompt, tokenizer_from_path
 model, task, out = sys.argv[1:]
 try:
     from bench.ref.vllm_spec import local_checkpoint
@@ -36,10 +37,8 @@ except Exception:  # random weights: no tokenizer
 ids = load_prompt(task, "8k", tok, name=Path(model).name).ids
 Path(out).write_text(json.dumps(ids))
 PY
-  # >>> ADJUST: the profiling package's CLI is being written; match these flags to `python -m profiling step --help`.
-  python -m profiling step --model "$MODEL" --draft "$DRAFT" --weights "$WEIGHTS" \
+  python -m tileinfer_profiling step --model "$MODEL" --draft "$DRAFT" --weights "$WEIGHTS" \
     --prompt-ids "$OUT/$TASK-8k.ids.json" --max-new-tokens "$NEW_TOKENS" "${REPLAY[@]}" \
     --out "$OUT/$TASK"
-  # <<< ADJUST
 done
 echo "profiles in $OUT"

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-Qwen/Qwen3-4B}
 DRAFT=${DRAFT:-z-lab/Qwen3-4B-DFlash-b16}
 POINTS=${POINTS:-1k,8k}
-ACCEPT_PROFILE=${ACCEPT_PROFILE:-edit=7.1,explain=2.9}   # the comparison's BF16 tokens per step at 1k
+# the comparison's BF16 tokens per step at 1k (reference.csv): edit=7.1,explain=2.9
+ACCEPT_PROFILE=${ACCEPT_PROFILE:-$(python -m bench.ref.reference accept-profile 1k)}
 OUT=${OUT:-bench/results/run-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 

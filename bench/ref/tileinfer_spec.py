@@ -9,19 +9,22 @@ Each configuration runs in fresh processes of this script (`--worker`), 3 at 1k 
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from bench.prompts import POINTS, ByteTokenizer, Point, build_prompt, load_prompt
 from bench.ref.metric import (
-    Row, accept_mode, command_line, decode_tok_s, environment, format_table, measure, summarize,
-    timestamp, validate_row,
+    Row, accept_mode, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
 )
 from bench.ref.procs import emit_row, run_workers
+from tileinfer_profiling.prompts import POINTS, ByteTokenizer, Point, build_prompt, load_prompt
+from tileinfer_profiling.run_info import command_line
 
 REPO = Path(__file__).resolve().parents[2]
 DFLASH_BLOCK_SIZE = 16  # k = 15 drafts per step, as in the comparison
+# Random-weight checkpoints, written once per preset and shared by the bench scripts.
+BENCH_ROOT = Path(os.environ.get("TILEINFER_BENCH_ROOT", Path.home() / ".cache" / "tileinfer-bench"))
 
 
 def parse_points(text):
@@ -91,7 +94,7 @@ def prepare_random(preset, directory=None):
     """Write (once) a random target of `preset` and a 5-layer drafter; return their directories."""
     from tileinfer.random_weights import write_dflash_drafter, write_qwen3
 
-    root = Path(directory or Path.home() / ".cache" / "tileinfer-bench" / f"random-{preset}")
+    root = Path(directory or BENCH_ROOT / preset)
     target, drafter = root / "target", root / "drafter"
     if not (target / "config.json").is_file():
         write_qwen3(target, preset)
@@ -162,11 +165,13 @@ def worker_argv(args, point, weights, dflash, process):
     argv = [sys.executable, "-m", "bench.ref.tileinfer_spec", "--worker", "--process", str(process),
             "--points", point.name if point.name in POINTS else f"{point.prompt_tokens}/{point.new_tokens}",
             "--weights", weights, "--dflash", dflash, "--tasks", args.tasks,
-            "--trials", str(args.trials), "--warmup-s", str(args.warmup_s), "--model", args.model]
-    if args.draft:
-        argv += ["--draft", args.draft]
+            "--trials", str(args.trials), "--warmup-s", str(args.warmup_s)]
+    if not getattr(args, "prepared", False):  # checkpoints the workers write themselves are not named
+        argv += ["--model", args.model] + (["--draft", args.draft] if args.draft else [])
     if args.random_weights:
         argv += ["--random-weights", args.random_weights]
+    if args.random_dir:
+        argv += ["--random-dir", args.random_dir]
     if args.accept_profile:
         argv += ["--accept-profile", ",".join(f"{k}={v:g}" for k, v in args.accept_profile.items())]
     for flag, value in (("--block-size", args.block_size), ("--device", args.device)):
@@ -194,6 +199,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.random_weights and not args.model:
         args.model, args.draft = prepare_random(args.random_weights, args.random_dir)
+        args.prepared = True
     if "on" in args.dflash.split(",") and not args.draft:
         raise SystemExit("--dflash on needs --draft (or --random-weights); or pass --dflash off")
     if args.worker:

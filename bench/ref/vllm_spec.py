@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-from bench.prompts import POINTS, load_prompt, tokenizer_from_path
 from bench.ref.metric import (
-    Row, command_line, decode_tok_s, environment, format_table, measure, summarize, timestamp,
-    validate_row,
+    Row, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
 )
 from bench.ref.procs import emit_row, run_workers
-from bench.ref.tileinfer_spec import parse_points
+from bench.ref.tileinfer_spec import BENCH_ROOT, parse_points
+from tileinfer_profiling.prompts import POINTS, load_prompt, tokenizer_from_path
+from tileinfer_profiling.run_info import command_line
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_SPECULATIVE_TOKENS = 15
@@ -33,7 +33,7 @@ def parse_args(argv=None):
     ap.add_argument("--model", required=True, help="target checkpoint directory (BF16)")
     ap.add_argument("--draft", help="DFlash drafter checkpoint")
     ap.add_argument("--int8-model", help="W8A16 compressed-tensors copy of --model "
-                    "(default: exported once under ~/.cache/tileinfer-bench/)")
+                    "(default: exported once under $TILEINFER_BENCH_ROOT, ~/.cache/tileinfer-bench/)")
     ap.add_argument("--points", type=parse_points, default=parse_points("1k,8k"))
     ap.add_argument("--tasks", default="edit,explain")
     ap.add_argument("--weights", default="bf16,int8")
@@ -161,7 +161,7 @@ def local_checkpoint(model):
 
 def export_int8(model):
     """A W8A16 compressed-tensors copy of `model` (quantized as TileInfer's quantize_int8), made once."""
-    out = Path.home() / ".cache" / "tileinfer-bench" / f"{Path(model).name}-w8a16"
+    out = BENCH_ROOT / f"{Path(model).name}-w8a16"
     if not (out / "config.json").is_file():
         from tileinfer.quant import export_compressed_tensors
         export_compressed_tensors(model, out)

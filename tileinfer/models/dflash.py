@@ -9,8 +9,8 @@ import dataclasses
 
 from tileinfer.config import DFlashConfig
 from tileinfer.kv_cache import KVCache
-from tileinfer.models.qwen3 import (Qwen3ForCausalLM, Qwen3Layer, build_layer, check_tensors, decoder_layer,
-                                    expected_shapes)
+from tileinfer.models.qwen3 import Qwen3ForCausalLM, Qwen3Layer, decoder_layer
+from tileinfer.models.qwen3_checkpoint import build_layer, check_tensors, expected_shapes
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.linear import Linear
 from tileinfer.ops.rope import rope_cos_sin

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def cmd_data(args):
-    from bench.prompts import generate_module
+    from tileinfer_profiling.prompts import generate_module
     from tools.train import data, tokenizer
 
     t0 = time.perf_counter()

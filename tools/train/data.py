@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.prompts import EDIT as BENCH_EDIT, EXPLAIN as BENCH_EXPLAIN, build_prompt, generate_module
-from bench.prompts.julia import TYPE_NAMES, filler_comment
+from tileinfer_profiling.prompts import EDIT as BENCH_EDIT, EXPLAIN as BENCH_EXPLAIN, build_prompt, generate_module
+from tileinfer_profiling.prompts.julia import TYPE_NAMES, filler_comment
 
 EDIT = "{code}\n\n### Task: rename the type {old} to {new} throughout the code above and reply with the whole updated file.\n### Reply:\n"
 EXPLAIN = "{code}\n\n### Task: explain what the code above does.\n### Reply:\n"

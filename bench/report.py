@@ -1,4 +1,4 @@
-"""`python -m tileinfer.report --out reports`: execute notebooks/report.ipynb with papermill and write
+"""`python -m bench.report --out reports`: execute notebooks/report.ipynb with papermill and write
 reports/report.ipynb and a self-contained reports/report.html (plotly.js inside), then print the paths
 and the run's summary table.
 
@@ -14,6 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "report.ipynb"
+RESULTS = REPO / "bench" / "results"
+REFERENCE = REPO / "bench" / "ref" / "reference.csv"
 
 
 def parameters(model=None, draft=None, weights="bf16", live=True, new_tokens=None, points=None, gpu=None):
@@ -23,7 +25,8 @@ def parameters(model=None, draft=None, weights="bf16", live=True, new_tokens=Non
 
     gpu = torch.cuda.is_available() if gpu is None else gpu
     params = {"model": model, "draft": draft, "weights": weights, "live": live,
-              "new_tokens": new_tokens or (128 if gpu else 32), "points": points or (["1k", "8k"] if gpu else ["1k"])}
+              "new_tokens": new_tokens or (128 if gpu else 32), "points": points or (["1k", "8k"] if gpu else ["1k"]),
+              "results": str(RESULTS), "reference": str(REFERENCE)}
     return params
 
 
@@ -72,7 +75,7 @@ def run(out="reports", timeout_s=1800, **kwargs):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tileinfer.report", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports", help="output directory (default: reports)")
     ap.add_argument("--model", help="target checkpoint (default: the embedded pair, or a tiny random stand-in)")
     ap.add_argument("--draft", help="DFlash drafter checkpoint (default: the pair's)")

@@ -1,7 +1,7 @@
 """Measured ceilings of a GPU: read bandwidth, copy bandwidth, bf16 matmul rate — measured once, cached.
 
 The floor a kernel is compared with is what this GPU can actually do, not its datasheet: on the
-H200 the read-only sum of 2 GiB runs at 4.19 TB/s against 4.8 on paper (FACTS.md).
+H200 the read-only sum of 2 GiB runs at 4.19 TB/s against 4.8 on paper (`H200` below).
 """
 
 import datetime
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from profiling.env import gpu_name, resolve_device
-from profiling.timing import bench_us
+from tileinfer_profiling.run_info import gpu_name, resolve_device
+from tileinfer_profiling.timing import bench_us
 
 CACHE_DIR = Path.home() / ".cache" / "tileinfer"
 
@@ -32,9 +32,9 @@ class Ceilings:
         return asdict(self)
 
 
-# Measured on the lent H200, 2026-11-29 (FACTS.md); for plots made away from the GPU.
+# `measure()` on an H200, 2026-11-29; for plots made away from the GPU.
 H200 = Ceilings(gpu="NVIDIA H200", read_gbs=4190.0, copy_gbs=4270.0, bf16_tflops=679.0, date="2026-11-29",
-                method="FACTS.md: sum of a 2 GiB bf16 tensor; device-to-device copy; cuBLAS bf16 8192³ matmul")
+                method="sum of a 2 GiB bf16 tensor; device-to-device copy; cuBLAS bf16 8192³ matmul")
 
 
 def cache_path(gpu, cache_dir=None):

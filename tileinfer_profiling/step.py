@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from profiling.aggregate import gemm_vs_attention_ms, per_layer
-from profiling.busy import busy_fraction
-from profiling.trace import KERNEL_CLASSES, _trace
+from tileinfer_profiling.aggregate import gemm_vs_attention_ms, per_layer
+from tileinfer_profiling.busy import busy_fraction
+from tileinfer_profiling.trace import KERNEL_CLASSES, _trace
 from tileinfer import tracing
 from tileinfer.errors import ConfigError
-
-STEP_PHASES = ("drafter", "verify", "decode", "accept")
+from tileinfer.tracing import STEP_PHASES
 
 
 @dataclass
@@ -36,6 +35,23 @@ class StepProfile:
 
     def gemm_vs_attention(self):
         return gemm_vs_attention_ms(self.kernels, max(1, self.stats.get("steps") or 1))
+
+    def summary_table(self):
+        """The summary rows transposed: one column per variant (eager, graphs)."""
+        return self.summary.set_index("variant").T
+
+    def kernel_table(self, top=15):
+        """The `top` kernels of a decoding step (prefill left out): calls and ms per step, mean µs, share."""
+        steps = max(1, self.stats.get("steps") or 1)
+        k = self.kernels[self.kernels["phase"] != "prefill"].assign(phase=lambda d: d["phase"].fillna("unattributed"))
+        t = (k.groupby(["phase", "name", "kernel_class"])
+             .agg(calls=("duration_us", "size"), total_us=("duration_us", "sum")).reset_index())
+        t["calls_per_step"] = t["calls"] / steps
+        t["ms_per_step"] = t["total_us"] / 1e3 / steps
+        t["mean_us"] = t["total_us"] / t["calls"]
+        t["share"] = t["total_us"] / t["total_us"].sum()
+        t = t.sort_values("ms_per_step", ascending=False).head(top)
+        return t[["phase", "name", "kernel_class", "calls_per_step", "ms_per_step", "mean_us", "share"]].round(4)
 
 
 def _stats_dict(generation):

@@ -1,7 +1,7 @@
 """The benchmark's prompts: generated Julia modules in the edit and explain templates, exact in tokens."""
 
-from bench.prompts.julia import generate_module
-from bench.prompts.render import (
+from tileinfer_profiling.prompts.julia import generate_module
+from tileinfer_profiling.prompts.render import (
     EDIT, EXPLAIN, POINTS, TASKS, ByteTokenizer, Point, Prompt, build_prompt, encode_ids,
     load_prompt, render_prompt, store_prompt, tokenizer_from_path,
 )

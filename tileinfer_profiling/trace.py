@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 import pandas as pd
 
-PHASES = ("prefill", "drafter", "verify", "decode", "accept")
+from tileinfer.tracing import PHASES
 KERNEL_CLASSES = ("attention", "gemm", "norm_rope", "other")
 COLUMNS = ["name", "kernel_class", "start_us", "duration_us", "end_us", "grid", "block", "stream",
            "device", "phase", "model", "layer", "part", "scope", "scopes"]

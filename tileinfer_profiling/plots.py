@@ -3,9 +3,11 @@
 import math
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
-from profiling.aggregate import per_layer
+from tileinfer_profiling.aggregate import per_layer
+from tileinfer_profiling.generation import TIME_PARTS
 
 
 def _device_note(df):
@@ -19,9 +21,16 @@ def _device_note(df):
 def per_layer_figure(data, by="part", steps=1, title="Kernel time per layer"):
     """Stacked bars: ms per step of each layer, one trace per `by` value ("part" or "kernel_class").
 
-    `data`: a kernel DataFrame (from `trace_kernels`) or a `per_layer` table. Drafter layers are "D0…".
+    `data`: a kernel DataFrame (from `trace_kernels`) or a `per_layer` table. Drafter layers are "D0…";
+    a trace without layer ranges gives a figure that says so.
     """
     table = per_layer(data, steps) if "duration_us" in data.columns else data
+    if not len(table):
+        fig = go.Figure()
+        fig.add_annotation(text="no layer.N.* ranges in this trace (the engine emits them at trace level 'layer')",
+                           showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(title=title, height=250)
+        return fig
     table = table.assign(x=[("D" if m == "drafter" else "L") + str(int(i)) for m, i in zip(table["model"], table["layer"])])
     order = list(dict.fromkeys(table.sort_values(["model", "layer"], ascending=[False, True])["x"]))
     fig = go.Figure()
@@ -108,7 +117,7 @@ def reference_figure(fractions, title="DFlash decode against each GPU's memory b
 
 
 def compiled_figure(df, title="Registers per thread and resident blocks per SM, per kernel and launch site"):
-    """Two bar rows from `profiling.compiled.compile_cases`: registers (spilling kernels marked) and blocks per SM."""
+    """Two bar rows from `tileinfer_profiling.compiled.compile_cases`: registers (spilling kernels marked) and blocks per SM."""
     from plotly.subplots import make_subplots
     labels = [f"{op} {shape} M={m} {kind}".strip() + f" · {kernel.strip('_')}"
               for op, shape, m, kind, kernel in zip(df["op"], df["shape"], df["m"], df["kind"], df["kernel"])]
@@ -119,4 +128,42 @@ def compiled_figure(df, title="Registers per thread and resident blocks per SM, 
     fig.add_bar(x=labels, y=df["blocks_per_sm"], name="blocks per SM", marker_color="seagreen", row=2, col=1)
     target = df["target"].iloc[0] if len(df) else ""
     fig.update_layout(title=f"{title} ({target}, compiled, not run)", showlegend=False, height=760)
+    return fig
+
+
+def time_split_figure(table, title="Where the time went"):
+    """Stacked bars of prefill / drafter / verify / accept / other ms per mode (rows of `generate_both`)."""
+    fig = go.Figure()
+    for part in TIME_PARTS:
+        fig.add_bar(x=list(table.index), y=table[part].values, name=part.removesuffix("_ms"))
+    fig.update_layout(barmode="stack", title=title, yaxis_title="ms (whole generation)", height=380)
+    return fig
+
+
+def acceptance_histogram_figure(runs, title="Tokens committed per step"):
+    """Grouped bars of committed tokens per step, one trace per point × task (rows of `acceptance_runs`)."""
+    fig = go.Figure()
+    for _, r in runs.iterrows():
+        counts = pd.Series(r["tokens_per_step"]).value_counts().sort_index()
+        fig.add_bar(x=counts.index.tolist(), y=counts.values.tolist(),
+                    name=f"{r['point']} {r['task']} (mean {r['mean_tokens_per_step']:.2f})")
+    fig.update_layout(barmode="group", title=title, xaxis_title="tokens committed in the step (accepted + 1)",
+                      yaxis_title="steps", height=380)
+    return fig
+
+
+def acceptance_comparison_figure(runs, reference_tps, weights="bf16", label="this run"):
+    """Mean tokens per step per point × task: `runs` (`acceptance_runs`, may be None) beside the
+    comparison's engines (`reference_tokens_per_step`) at `weights`."""
+    ref = reference_tps[reference_tps["weights"] == weights]
+    order = [f"{p} {t}" for p in ("1k", "8k") for t in ("edit", "explain")]
+    fig = go.Figure()
+    for (engine, gpu), g in ref.groupby(["engine", "gpu"], sort=False):
+        y = g.assign(x=g["point"] + " " + g["task"]).set_index("x")["tokens_per_step"].reindex(order)
+        fig.add_bar(x=order, y=y.values, name=f"{engine} · {gpu} (reference, {weights})")
+    if runs is not None and len(runs):
+        y = runs.assign(x=runs["point"] + " " + runs["task"]).set_index("x")["mean_tokens_per_step"].reindex(order)
+        fig.add_bar(x=order, y=y.values, name=label)
+    fig.update_layout(barmode="group", title=f"Mean tokens per DFlash step ({weights} weights)",
+                      yaxis_title="tokens per step", height=400)
     return fig

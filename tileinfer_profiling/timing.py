@@ -15,7 +15,7 @@ def bench_us(fn, device, *, rep_ms=100, cpu_reps=3):
     """(median µs of fn(), timer label).
 
     GPU: `triton.testing.do_bench_cudagraph` — small kernels timed eagerly measure their launch
-    (FACTS.md: one layer's linears 92.7 µs eager vs 67.3 µs in a graph). CPU: perf_counter over
+    (on an H200, one Qwen3-4B layer's cuBLAS linears took 92.7 µs eager against 67.3 µs in a graph). CPU: perf_counter over
     `cpu_reps` calls after one warm-up, labelled so.
     """
     device = torch.device(device)

@@ -1,14 +1,18 @@
-"""python -m profiling: sweeps, step profiles, ceilings and the reference comparison as CSV + HTML.
+"""tileinfer profile (python -m tileinfer_profiling): sweeps, step profiles, ceilings, the reference
+comparison and compiled kernels as CSV + HTML.
 
-    python -m profiling sweep attention [--kv-lens 1024,8192] [--q-lens 1,16] [--num-splits 1,2,4,8,16] --out DIR
-    python -m profiling sweep gemm [--ms 1,16] [--weights bf16,int8] [--impls ours,cublas] --out DIR
-    python -m profiling sweep drafter-attention [--kv-lens ...] [--num-splits ...] --out DIR
-    python -m profiling step --model PATH --draft PATH --prompt-tokens 8192 --new-tokens 256 --weights bf16 --out DIR
-    python -m profiling ceilings [--refresh]
-    python -m profiling compare [--ours RESULTS.csv] --out DIR
-    python -m profiling compiled [--arch 90] [--gpu "NVIDIA H200"] [--ops linear] --out DIR
+    tileinfer profile sweep attention [--kv-lens 1024,8192] [--q-lens 1,16] [--num-splits 1,2,4,8,16] --out DIR
+    tileinfer profile sweep gemm [--ms 1,16] [--weights bf16,int8] [--impls ours,cublas] --out DIR
+    tileinfer profile sweep drafter-attention [--kv-lens ...] [--num-splits ...] --out DIR
+    tileinfer profile step --model PATH --draft PATH --prompt-tokens 8192 --new-tokens 256 --weights bf16 --out DIR
+    tileinfer profile ceilings [--refresh]
+    tileinfer profile compare --reference REFERENCE.csv [--ours RESULTS.csv] --out DIR
+    tileinfer profile compiled [--arch 90] [--gpu "NVIDIA H200"] [--ops linear] --out DIR
 
 Without a GPU the sweeps default to tiny shapes (Triton under the interpreter) and every row says "cpu".
+A sweep exits with status 1 when every row of an implementation failed.
+
+`tileinfer_main` is the `tileinfer` command: the engine's own subcommands, and `profile` for these.
 """
 
 import argparse
@@ -40,15 +44,15 @@ def _write(out, name, df, figures):
 
 
 def _ceilings(device):
-    from profiling import ceilings
+    from tileinfer_profiling import ceilings
     if device.type == "cuda":
         return ceilings.measure(device)
     return None
 
 
 def _sweep(args):
-    from profiling import plots, sweeps
-    from profiling.env import resolve_device
+    from tileinfer_profiling import plots, sweeps
+    from tileinfer_profiling.run_info import resolve_device
 
     device = resolve_device(args.device)
     tiny = device.type != "cuda"
@@ -67,6 +71,7 @@ def _sweep(args):
                                     _ints(args.num_splits or ("1,2" if tiny else "1,2,4,8,16,32")),
                                     device=device, ceilings=ceil, **heads)
         _write(out, "attention", df, {"": plots.split_curves_figure(df)})
+        return _failed(df)
     elif args.kind == "drafter-attention":
         df = sweeps.drafter_attention_sweep(_ints(args.kv_lens or ("64,128" if tiny else "1024,8192,32768")),
                                             _ints(args.num_splits or ("1,2" if tiny else "1,2,4,8,16,32")),
@@ -74,11 +79,23 @@ def _sweep(args):
                                             device=device, ceilings=ceil, **heads)
         _write(out, "drafter-attention", df,
                {"": plots.split_curves_figure(df, title="Drafter attention (non-causal block) against the split count")})
+        return _failed(df)
     else:
         shapes = {"tiny_qkv": (64, 32), "tiny_down": (32, 128)} if tiny else None
         df = sweeps.gemm_sweep(shapes, _ints(args.ms or ("1,4" if tiny else "1,16")), _strs(args.weights),
                                _strs(args.impls), device=device, ceilings=ceil)
         _write(out, "gemm", df, {"": plots.gemm_bandwidth_figure(df, ceil)})
+        return _failed(df)
+
+
+def _failed(df):
+    """1 when every row of an implementation failed (its first error printed), else 0."""
+    status = 0
+    for impl, rows in df.groupby("impl"):
+        if (rows["error"] != "").all():
+            print(f"every '{impl}' row failed; the first: {rows['error'].iloc[0]}", file=sys.stderr)
+            status = 1
+    return status
 
 
 def _prompt_ids(args, vocab_size):
@@ -97,8 +114,8 @@ def _accept_profile(text):
 
 def _step(args):
     import tileinfer
-    from profiling import plots
-    from profiling.step import profile_step
+    from tileinfer_profiling import plots
+    from tileinfer_profiling.step import profile_step
 
     # Only the options given: the engine's load() grows options over time.
     extra = {k: v for k, v in (("max_positions", args.max_positions), ("linear", args.linear)) if v is not None}
@@ -131,29 +148,30 @@ def _tps_frame(tokens_per_step):
 
 
 def _ceilings_cmd(args):
-    from profiling import ceilings
+    from tileinfer_profiling import ceilings
     c = ceilings.measure(args.device, refresh=args.refresh)
     print(json.dumps(c.as_dict(), indent=1))
 
 
 def _compare(args):
     import pandas as pd
-    from profiling import plots
-    from profiling.compare import REFERENCE_CSV, load_reference, reference_fractions
+    from tileinfer_profiling import plots
+    from tileinfer_profiling.compare import load_reference, reference_fractions
 
-    reference = load_reference(args.reference or REFERENCE_CSV)
+    reference = load_reference(args.reference)
     ours = pd.read_csv(args.ours, keep_default_na=False) if args.ours else None
     fractions = reference_fractions(reference, ours)
     _write(Path(args.out), "comparison", fractions, {"": plots.reference_figure(fractions)})
 
 
 def _compiled(args):
-    from profiling import plots
-    from profiling.compiled import compile_cases
+    from tileinfer_profiling import plots
+    from tileinfer_profiling.compiled import compile_cases
+    from tileinfer_profiling.run_info import relative
     table, opcodes = compile_cases(args.preset, args.arch, args.gpu, args.num_sms, _strs(args.ops or ""))
     ops = f" --ops '{args.ops}'" if args.ops else ""
-    table["command"] = (f"python -m profiling compiled --preset {args.preset} --arch {args.arch} --gpu '{args.gpu}'"
-                        f" --num-sms {args.num_sms}{ops} --out {args.out}")
+    table["command"] = (f"tileinfer profile compiled --preset {args.preset} --arch {args.arch} --gpu '{args.gpu}'"
+                        f" --num-sms {args.num_sms}{ops} --out {relative(args.out)}")
     out = Path(args.out)
     _write(out, "compiled", table, {"": plots.compiled_figure(table)})
     _write(out, "compiled_opcodes", opcodes, {})
@@ -162,7 +180,7 @@ def _compiled(args):
     print(table[[c for c in cols if c in table]].round(2).to_string(index=False))
 
 
-def build_parser(prog="python -m profiling"):
+def build_parser(prog="python -m tileinfer_profiling"):
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -216,14 +234,23 @@ def build_parser(prog="python -m profiling"):
     k.set_defaults(fn=_compiled)
 
     r = sub.add_parser("compare", help="the reference comparison as fractions of each GPU's bandwidth")
-    r.add_argument("--reference", help="default bench/ref/reference.csv")
+    r.add_argument("--reference", required=True, help="the comparison's figures: one per row (engine, gpu, "
+                   "gpu_bandwidth_gbs, point, task, weights, metric, value, ...)")
     r.add_argument("--ours", help="CSV of our bench rows (engine, gpu, gpu_bandwidth_gbs, point, task, weights, ...)")
     r.add_argument("--out", required=True)
     r.set_defaults(fn=_compare)
     return p
 
 
-def main(argv=None, prog="python -m profiling"):
+def main(argv=None, prog="python -m tileinfer_profiling"):
     args = build_parser(prog).parse_args(argv)
-    args.fn(args)
-    return 0
+    return args.fn(args) or 0
+
+
+def tileinfer_main(argv=None):
+    """The `tileinfer` console script: `tileinfer generate ...` (the engine's) and `tileinfer profile ...`."""
+    from tileinfer.cli import main as engine_main
+
+    profile = ("kernel sweeps, step profiles, ceilings, the reference comparison, compiled kernels",
+               lambda rest: main(rest, prog="tileinfer profile"))
+    return engine_main(argv, commands={"profile": profile})

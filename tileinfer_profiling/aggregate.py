@@ -1,6 +1,6 @@
 """Sums over a kernel DataFrame (from `trace_kernels`): per layer, per kernel class, GEMM vs attention."""
 
-from profiling.trace import KERNEL_CLASSES
+from tileinfer_profiling.trace import KERNEL_CLASSES
 
 
 def per_layer(df, steps=1):

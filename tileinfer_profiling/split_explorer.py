@@ -8,15 +8,15 @@ redraw a plotly figure, beside the recorded (or swept) split curves.
 The split count is a runtime argument of the kernel, so moving it recompiles nothing.
 """
 
-import os
-
 import torch
 
-from profiling.env import resolve_device, run_info
-from profiling.timing import bench_us, copies_for, rotating
+from tileinfer.shapes import QWEN3_4B
+from tileinfer_profiling.run_info import resolve_device, run_info
+from tileinfer_profiling.timing import bench_us, copies_for, rotating
 
 # Qwen3-4B's heads on a GPU; a toy shape on a CPU, where the interpreter runs one program at a time.
-GPU_SHAPE = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, kv_len=8192, max_kv_len=32768, max_splits=64)
+GPU_SHAPE = dict(num_q_heads=QWEN3_4B.q_heads, num_kv_heads=QWEN3_4B.kv_heads, head_dim=QWEN3_4B.head_dim,
+                 kv_len=8192, max_kv_len=32768, max_splits=64)
 CPU_SHAPE = dict(num_q_heads=4, num_kv_heads=2, head_dim=16, kv_len=256, max_kv_len=1024, max_splits=16)
 
 
@@ -47,7 +47,7 @@ class SplitExplorer:
 
     `figure` holds the live figure and `live_view` shows it. Its traces: 0 — this (kv_len, q_len) over the
     split counts timed so far; 1 — the current point; 2 — SDPA at this (kv_len, q_len). `sweep` (a DataFrame
-    in `attention_sweep` form, e.g. `notebook_support.recorded_attention()`) is drawn beside it with
+    in `attention_sweep` form, e.g. `recorded.attention(path)`) is drawn beside it with
     `split_curves_figure`.
     """
 
@@ -60,8 +60,6 @@ class SplitExplorer:
 
         self.device = resolve_device(device)
         shape = GPU_SHAPE if self.device.type == "cuda" else CPU_SHAPE
-        if self.device.type != "cuda":
-            os.environ.setdefault("TRITON_INTERPRET", "1")
         self.num_q_heads = num_q_heads or shape["num_q_heads"]
         self.num_kv_heads = num_kv_heads or shape["num_kv_heads"]
         self.head_dim = head_dim or shape["head_dim"]
@@ -95,7 +93,7 @@ class SplitExplorer:
         children = [self.live_view]
         self.sweep_figure = None
         if sweep is not None and len(sweep):
-            from profiling.plots import split_curves_figure
+            from tileinfer_profiling.plots import split_curves_figure
             self.sweep_figure = split_curves_figure(sweep, title="Split curves")
             self.sweep_figure.update_layout(width=470, height=400, margin=dict(t=50, l=60, r=20, b=40),
                                             legend=dict(font_size=9))

@@ -6,20 +6,21 @@ tokens per step ÷ decode tok/s and the bytes are `dflash_step_bytes` at the rep
 """
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
-from profiling.roofline import QWEN3_4B, QWEN3_4B_DFLASH, dflash_step_bytes
+from tileinfer.errors import ConfigError
+from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH
+from tileinfer_profiling.prompts import POINTS
+from tileinfer_profiling.roofline import dflash_step_bytes
 
-REFERENCE_CSV = Path(__file__).resolve().parent.parent / "bench" / "ref" / "reference.csv"
 KEYS = ["engine", "gpu", "gpu_bandwidth_gbs", "point", "task", "weights"]
-POINT_PROMPT_TOKENS = {"1k": 1024, "8k": 8192}
 _WIDE_METRICS = ("decode_tok_s", "tokens_per_step", "prompt_tokens", "new_tokens", "step_ms")
 
 
-def load_reference(path=REFERENCE_CSV):
-    """bench/ref/reference.csv: engine, gpu, gpu_bandwidth_gbs, point, task, weights, metric, value, unit, ..."""
+def load_reference(path):
+    """The reference table: engine, gpu, gpu_bandwidth_gbs, point, task, weights, metric, value, unit, ...
+    (one published figure per row)."""
     return pd.read_csv(path, dtype={"task": str, "weights": str}, keep_default_na=False,
                        na_values={"value": [""], "gpu_bandwidth_gbs": [""]})
 
@@ -43,14 +44,30 @@ def _lookup(long, row, metric):
     return float(m["value"].iloc[0]) if len(m) else math.nan
 
 
-def reference_fractions(reference=None, ours=None, target_cfg=QWEN3_4B, drafter_cfg=QWEN3_4B_DFLASH):
+def reference_tokens_per_step(reference):
+    """Tokens per step of the comparison's engines: engine × gpu × point × task × weights."""
+    tps = reference[(reference["metric"] == "tokens_per_step") & (reference["task"] != "")]
+    return tps[["engine", "gpu", "point", "task", "weights", "value"]].rename(columns={"value": "tokens_per_step"})
+
+
+def tokens_per_step(reference, point, task, weights="bf16", engine="tileinfer"):
+    """One engine's tokens per DFlash step in the comparison, e.g. 7.1 for TileInfer's 1k edit in BF16."""
+    tps = reference_tokens_per_step(reference)
+    hit = tps[(tps["engine"] == engine) & (tps["point"] == point) & (tps["task"] == task) & (tps["weights"] == weights)]
+    if len(hit) != 1:
+        raise ConfigError(f"the reference has {len(hit)} tokens-per-step figures for {engine} {point} {task} "
+                          f"{weights}; points: {sorted(set(tps['point']))}, tasks: {sorted(set(tps['task']))}")
+    return float(hit["tokens_per_step"].iloc[0])
+
+
+def reference_fractions(reference, ours=None, target_cfg=QWEN3_4B, drafter_cfg=QWEN3_4B_DFLASH):
     """One row per engine × GPU × point × task × weights with decode tok/s and tokens per step:
     step_ms, kv_len (mean context), bytes_per_step, achieved_gbs, bandwidth_fraction.
 
-    `reference`: the long table (default bench/ref/reference.csv); `ours`: more rows, long or in the
-    bench's one-row-per-run format (engine, gpu, gpu_bandwidth_gbs, point, task, weights, decode_tok_s, …).
+    `reference`: the long table (`load_reference`); `ours`: more rows, long or in the bench's
+    one-row-per-run format (engine, gpu, gpu_bandwidth_gbs, point, task, weights, decode_tok_s, …).
     """
-    frames = [_long(load_reference() if reference is None else reference)]
+    frames = [_long(reference)]
     if ours is not None and len(ours):
         frames.append(_long(ours))
     long = pd.concat(frames, ignore_index=True)
@@ -66,7 +83,7 @@ def reference_fractions(reference=None, ours=None, target_cfg=QWEN3_4B, drafter_
         tps = _lookup(long, row, "tokens_per_step")
         prompt = _lookup(long, row, "prompt_tokens")
         if math.isnan(prompt):
-            prompt = POINT_PROMPT_TOKENS.get(row["point"], math.nan)
+            prompt = POINTS[row["point"]].prompt_tokens if row["point"] in POINTS else math.nan
         new = _lookup(long, row, "new_tokens")
         kv_len = prompt + (0 if math.isnan(new) else new / 2)
         step_ms = 1e3 * tps / tok_s

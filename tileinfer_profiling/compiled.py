@@ -7,7 +7,7 @@ cuobjdump that Triton ships. Nothing runs, so nothing here is a time: it answers
 config still compile and fit on the H200?", "does it spill?", "how many blocks fit an SM?" and "how
 many int8→float conversions per weight?" on any machine, CI's included.
 
-The compile runs in a fresh interpreter (`python -m profiling.compiled --worker`): kernel modules pick
+The compile runs in a fresh interpreter (`python -m tileinfer_profiling.compiled --worker`): kernel modules pick
 their interpreter or GPU path when imported, and the tests' interpreter has already picked.
 """
 
@@ -21,12 +21,13 @@ import sys
 import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pandas as pd
 
-from profiling.ceilings import H200
 from tileinfer.random_weights import PRESETS
+from tileinfer.shapes import QWEN3_4B_DFLASH, ModelShape
+from tileinfer_profiling.ceilings import H200
+from tileinfer_profiling.prompts import POINTS
 
 # Per-SM limits by compute capability (CUDA occupancy rules; Hopper keeps 1 KB of shared memory per block).
 SM_LIMITS = {
@@ -47,7 +48,7 @@ PIPES = {
     "mufu": (0.5, ("MUFU",)),
     "shuffle": (1, ("SHFL",)),
 }
-CONTEXT = 8192  # cached positions the attention sites read: the comparison's 8k point
+CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -63,14 +64,13 @@ class Case:
     config: str = ""  # a skinny GEMM's GemmConfig as JSON; "" for the tuned one
 
 
-def cases(preset: str = "qwen3-4b", draft_taps: int = 5, chunk: int = 4096) -> list[Case]:
+def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
+          chunk: int = 4096) -> list[Case]:
     """Every kernel launch of a decode step, a DFlash step and a prefill chunk of the preset's shape."""
-    c = PRESETS[preset]
-    h, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-    linears = {
-        "qkv": ((heads + 2 * kv) * hd, h), "o": (h, heads * hd), "gate_up": (2 * c["intermediate_size"], h),
-        "down": (h, c["intermediate_size"]), "lm_head": (c["vocab_size"], h), "drafter fc": (h, draft_taps * h),
-    }
+    s = ModelShape.of(PRESETS[preset])
+    h, heads, kv, hd = s.hidden, s.q_heads, s.kv_heads, s.head_dim
+    linears = {name: (n, k) for name, n, k in s.linears()} | {
+        "lm_head": (s.vocab, h), "drafter fc": (h, draft_taps * h)}
     out = [Case(f"linear {name}", f"{n}x{k}", m, kind)
            for name, (n, k) in linears.items() for m in (1, 4, 16) for kind in ("bf16", "int8")]
     out += [Case(f"linear {name} prefill", f"{n}x{k}", chunk, "int8")
@@ -78,7 +78,7 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = 5, chunk: int = 4096) -> l
     out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("rms_norm + residual", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("qk_norm_rope + kv write", f"{t}x{heads}+{kv}x{hd}", t) for t in (1, 16, chunk)]
-    out += [Case("silu_mul", f"{t}x{c['intermediate_size']}", t) for t in (1, 16, chunk)]
+    out += [Case("silu_mul", f"{t}x{s.intermediate}", t) for t in (1, 16, chunk)]
     out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
@@ -153,7 +153,7 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
     GEMMs with `gpu`'s tuned configs (the heuristic where it has none). `ops` keeps cases whose op
     starts with one of them; `chosen` replaces the launch sites (e.g. `gemm_variants`). GEMM rows carry a
     byte floor at `read_gbs`, an issue floor at `clock_ghz` and an instruction floor (see `_floors`)."""
-    cmd = [sys.executable, "-m", "profiling.compiled", "--worker", "--preset", preset, "--arch", str(arch),
+    cmd = [sys.executable, "-m", "tileinfer_profiling.compiled", "--worker", "--preset", preset, "--arch", str(arch),
            "--gpu", gpu, "--num-sms", str(num_sms), "--clock-ghz", str(clock_ghz), "--read-gbs", str(read_gbs)]
     if ops:
         cmd += ["--ops", json.dumps(ops)]
@@ -178,15 +178,15 @@ def compile_cases(preset: str = "qwen3-4b", arch: int = 90, gpu: str = "NVIDIA H
 
 def _provenance() -> dict:
     """torch / triton / git revision of this machine; the target GPU is the row's own `gpu`."""
-    from profiling.env import run_info
+    from tileinfer_profiling.run_info import run_info
     info = run_info("cpu")
     del info["gpu"]
     return {**info, "device": "none: compiled, not run"}
 
 
 def _pythonpath() -> str:
-    root = str(Path(__file__).resolve().parent.parent)
-    return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    """This interpreter's import path: the worker imports the same packages, installed or not."""
+    return os.pathsep.join(p for p in sys.path if p)
 
 
 def _work(kernel: str, grid: tuple, args: dict, case: Case) -> tuple[int, float, float] | None:
@@ -302,9 +302,9 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     from tileinfer.ops.attention import default_num_splits
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
 
-    c = PRESETS[preset]
+    shape = ModelShape.of(PRESETS[preset])
     bf16 = torch.bfloat16
-    heads, kv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    heads, kv, hd = shape.q_heads, shape.kv_heads, shape.head_dim
     t = case.m
     if case.op.startswith("linear"):
         n, k = map(int, case.shape.split("x"))
@@ -319,7 +319,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg)
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
-        h = c["hidden_size"]
+        h = shape.hidden
         x = torch.empty(t, h, dtype=bf16)
         residual = torch.empty_like(x) if "residual" in case.op else None
         rmsnorm.rms_norm(x, torch.empty(h, dtype=bf16), 1e-6, residual=residual)
@@ -334,7 +334,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
                           v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
         return ""
     if case.op == "silu_mul":
-        swiglu.silu_mul(torch.empty(t, 2 * c["intermediate_size"], dtype=bf16))
+        swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16))
         return ""
     q = torch.empty(t, heads, hd, dtype=bf16)
     cache = torch.empty(CONTEXT + t, kv, hd, dtype=bf16)
@@ -349,7 +349,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
 
 def main(argv=None) -> None:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m profiling.compiled")
+    p = argparse.ArgumentParser(prog="python -m tileinfer_profiling.compiled")
     p.add_argument("--worker", action="store_true")
     p.add_argument("--preset", default="qwen3-4b")
     p.add_argument("--arch", type=int, default=90)
@@ -361,7 +361,7 @@ def main(argv=None) -> None:
     p.add_argument("--read-gbs", type=float, default=H200.read_gbs)
     args = p.parse_args(argv)
     if not args.worker:
-        p.error("run through profiling.compiled.compile_cases or `python -m profiling compiled`")
+        p.error("run through tileinfer_profiling.compiled.compile_cases or `python -m tileinfer_profiling compiled`")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("the compile worker needs TRITON_INTERPRET=0")
     chosen = [Case(**c) for c in json.loads(args.cases)] if args.cases else None

@@ -10,7 +10,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.prompts.julia import TYPE_NAMES, filler_comment, generate_module
+from tileinfer_profiling.prompts.julia import TYPE_NAMES, filler_comment, generate_module
 
 # The embedded model was trained on exactly these templates.
 EDIT = ("{code}\n\n### Task: rename the type {old} to {new} throughout the code above and reply "

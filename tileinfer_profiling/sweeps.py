@@ -3,20 +3,19 @@
 Every row carries gpu ("cpu" without one), torch, triton, git_rev and the timer used. On a GPU each
 point is the median of `do_bench_cudagraph` with the inputs rotated across enough copies to miss L2;
 on a CPU, wall clock over tiny shapes (the Triton kernels then run under the interpreter).
-If an engine op is not importable yet, its plain-PyTorch reference (or a local one) is timed instead
-and `impl_source` says so.
+`best_splits` and `gemm_floor_table` summarize sweeps, live or recorded.
 """
-
-import os
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from profiling.env import resolve_device, run_info
-from profiling.roofline import (QWEN3_4B, add_achieved, attention_bytes, attention_flops, linear_bytes,
-                                linear_flops, qwen3_linears)
-from profiling.timing import bench_us, copies_for, rotating
+from tileinfer.ops.decode_attention import decode_attention
+from tileinfer.ops.linear import Linear, linear, linear_ref, quantize_linear
+from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH
+from tileinfer_profiling.roofline import add_achieved, attention_bytes, attention_flops, linear_bytes, linear_flops
+from tileinfer_profiling.run_info import resolve_device, run_info
+from tileinfer_profiling.timing import bench_us, copies_for, rotating
 
 
 def _time(fn, device, rep_ms):
@@ -30,38 +29,8 @@ def _time(fn, device, rep_ms):
         return float("nan"), "failed", f"{type(e).__name__}: {e}"[:300]
 
 
-def _interpreter_if_cpu(device):
-    # Triton kernel modules read TRITON_INTERPRET when imported.
-    if device.type != "cuda" and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def _local_attention_ref(q, k_cache, v_cache, kv_len, causal=True, scale=None):
-    t, hq, d = q.shape
-    group = hq // k_cache.shape[1]
-    k = k_cache[:kv_len].float().repeat_interleave(group, dim=1).transpose(0, 1)
-    v = v_cache[:kv_len].float().repeat_interleave(group, dim=1).transpose(0, 1)
-    scores = q.float().transpose(0, 1) @ k.transpose(1, 2) * (scale or d**-0.5)
-    if causal:
-        q_pos = torch.arange(kv_len - t, kv_len, device=q.device)[:, None]
-        scores = scores.masked_fill(torch.arange(kv_len, device=q.device)[None, :] > q_pos, float("-inf"))
-    return (torch.softmax(scores, -1) @ v).transpose(0, 1).to(q.dtype)
-
-
-def _ours_attention():
-    """(source label, fn(q, k_cache, v_cache, kv_len_t, kv_len, causal, num_splits))."""
-    try:
-        from tileinfer.ops.decode_attention import decode_attention
-        return "triton decode_attention", (
-            lambda q, k, v, kv_t, kv_len, causal, s: decode_attention(q, k, v, kv_t, causal=causal, num_splits=s))
-    except ImportError:
-        pass
-    try:
-        from tileinfer.ops.attention import attention_ref
-        ref, source = attention_ref, "attention_ref (decode_attention not importable)"
-    except ImportError:
-        ref, source = _local_attention_ref, "local reference (tileinfer.ops.attention not importable)"
-    return source, lambda q, k, v, kv_t, kv_len, causal, s: ref(q, k, v, kv_len, causal=causal)
+def _ours_attention(q, k_cache, v_cache, kv_len_t, causal, num_splits):
+    return decode_attention(q, k_cache, v_cache, kv_len_t, causal=causal, num_splits=num_splits)
 
 
 def _sdpa(q_len, kv_len, causal):
@@ -83,9 +52,7 @@ def _sdpa(q_len, kv_len, causal):
 def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads, num_kv_heads, head_dim,
                     dtype, device, sdpa, ceilings, rep_ms, extra=None):
     device = resolve_device(device)
-    _interpreter_if_cpu(device)
     info = run_info(device)
-    source, ours = _ours_attention()
     rows = []
     for kv_len in kv_lens:
         for q_len in q_lens:
@@ -107,10 +74,11 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
 
                 def call(s=s, nxt=nxt):
                     q, k, v, kv_t = nxt()
-                    return ours(q, k, v, kv_t, kv_len, causal, s)
+                    return _ours_attention(q, k, v, kv_t, causal, s)
 
                 t_us, timer, error = _time(call, device, rep_ms)
-                rows.append(dict(impl="ours", impl_source=source, num_splits=s, time_us=t_us, timer=timer, error=error,
+                rows.append(dict(impl="ours", impl_source="triton decode_attention", num_splits=s, time_us=t_us,
+                                 timer=timer, error=error,
                                  bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
                                                        num_q_heads=num_q_heads, num_splits=s), **common))
             if sdpa:
@@ -135,7 +103,8 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
 
 
 def attention_sweep(kv_lens=(1024, 8192, 32768), q_lens=(1, 16), num_splits_list=(1, 2, 4, 8, 16, 32), *,
-                    causal=True, num_q_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16,
+                    causal=True, num_q_heads=QWEN3_4B.q_heads, num_kv_heads=QWEN3_4B.kv_heads,
+                    head_dim=QWEN3_4B.head_dim, dtype=torch.bfloat16,
                     device=None, sdpa=True, ceilings=None, rep_ms=50):
     """Our split-KV decode attention at each (kv_len, q_len, num_splits), plus one SDPA row per
     (kv_len, q_len). Queries are the last q_len positions (causal within the block). Defaults: Qwen3-4B heads.
@@ -147,8 +116,10 @@ def attention_sweep(kv_lens=(1024, 8192, 32768), q_lens=(1, 16), num_splits_list
                            head_dim, dtype, device, sdpa, ceilings, rep_ms)
 
 
-def drafter_attention_sweep(kv_lens=(1024, 8192, 32768), num_splits_list=(1, 2, 4, 8, 16, 32), *, block_size=16,
-                            num_q_heads=32, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, device=None,
+def drafter_attention_sweep(kv_lens=(1024, 8192, 32768), num_splits_list=(1, 2, 4, 8, 16, 32), *,
+                            block_size=QWEN3_4B_DFLASH.block_size,
+                            num_q_heads=QWEN3_4B.q_heads, num_kv_heads=QWEN3_4B.kv_heads,
+                            head_dim=QWEN3_4B.head_dim, dtype=torch.bfloat16, device=None,
                             sdpa=True, ceilings=None, rep_ms=50):
     """The DFlash drafter's attention: block_size queries over kv_len context positions + the block,
     not causal. Rows as `attention_sweep`, kv_len = context + block; context_len says the context."""
@@ -158,30 +129,9 @@ def drafter_attention_sweep(kv_lens=(1024, 8192, 32768), num_splits_list=(1, 2, 
     return df
 
 
-def _linear_impls():
-    """(source, make_linear(w, weights), ours(x, lin), cublas(x, lin))."""
-    try:
-        from tileinfer.ops.linear import Linear, linear, linear_ref, quantize_linear
-
-        def make(w, weights):
-            lin = Linear(weight=w)
-            return quantize_linear(lin) if weights == "int8" else lin
-
-        return "triton linear", make, linear, linear_ref
-    except ImportError:
-        pass
-
-    def make_local(w, weights):
-        if weights != "int8":
-            return (w, None)
-        scale = w.float().abs().amax(1).clamp_min(1e-8) / 127
-        return ((w.float() / scale[:, None]).round().to(torch.int8), scale)
-
-    def ref(x, lin):
-        w, scale = lin
-        return F.linear(x, w) if scale is None else (F.linear(x, w.to(x.dtype)) * scale).to(x.dtype)
-
-    return "local reference (tileinfer.ops.linear not importable)", make_local, ref, ref
+def _make_linear(w, weights):
+    lin = Linear(weight=w)
+    return quantize_linear(lin) if weights == "int8" else lin
 
 
 def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours", "cublas"), *,
@@ -193,20 +143,19 @@ def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours",
     Weights are rotated across copies so each call reads them from HBM.
     """
     device = resolve_device(device)
-    _interpreter_if_cpu(device)
     if shapes is None:
-        shapes = qwen3_linears(QWEN3_4B)
+        shapes = QWEN3_4B.linears()
     elif isinstance(shapes, dict):
         shapes = [(name, n, k) for name, (n, k) in shapes.items()]
-    source, make_linear, ours, cublas = _linear_impls()
-    funcs = {"ours": ours, "cublas": cublas}
+    funcs = {"ours": linear, "cublas": linear_ref}
+    sources = {"ours": "triton linear", "cublas": "linear_ref"}
     info = run_info(device)
     rows = []
     for name, n, k in shapes:
         for wt in weights:
             copies = copies_for(linear_bytes(n, k, 1, wt), device)
             g = torch.Generator(device="cpu").manual_seed(0)
-            lins = [make_linear((torch.randn(n, k, generator=g) * k**-0.5).to(device, dtype), wt)
+            lins = [_make_linear((torch.randn(n, k, generator=g) * k**-0.5).to(device, dtype), wt)
                     for _ in range(copies)]
             for m in ms:
                 x = torch.randn(m, k, generator=g).to(device, dtype)
@@ -215,7 +164,7 @@ def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours",
                     fn = funcs[impl]
                     t_us, timer, error = _time(lambda fn=fn, nxt=nxt, x=x: fn(x, nxt()), device, rep_ms)
                     rows.append(dict(shape=name, n=n, k=k, m=m, weights=wt, impl=impl,
-                                     impl_source=source if impl == "ours" or "local" in source else "linear_ref",
+                                     impl_source=sources[impl],
                                      time_us=t_us, timer=timer, error=error, bytes=linear_bytes(n, k, m, wt),
                                      flops=linear_flops(n, k, m)))
             del lins
@@ -224,3 +173,22 @@ def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours",
     for key, value in info.items():
         df[key] = value
     return df
+
+
+def best_splits(sweep):
+    """Per (kv_len, q_len) of an attention sweep: the fastest split count, its time, SDPA's time and the
+    speed-up over SDPA."""
+    ours = sweep[sweep["impl"] == "ours"]
+    best = ours.loc[ours.groupby(["kv_len", "q_len"])["time_us"].idxmin(), ["kv_len", "q_len", "num_splits", "time_us"]]
+    one = ours[ours["num_splits"] == 1].set_index(["kv_len", "q_len"])["time_us"].rename("one_split_us")
+    sdpa = sweep[sweep["impl"] == "sdpa"].groupby(["kv_len", "q_len"])["time_us"].first().rename("sdpa_us")
+    out = best.set_index(["kv_len", "q_len"]).join(one).join(sdpa)
+    out["vs_sdpa"] = out["sdpa_us"] / out["time_us"]
+    return out.rename(columns={"num_splits": "best_num_splits", "time_us": "best_us"}).round(2).reset_index()
+
+
+def gemm_floor_table(df):
+    """Time (µs) of each implementation of a GEMM sweep beside its floor, one row per shape × m × weights."""
+    wide = df.pivot_table(index=["shape", "m", "weights"], columns="impl", values="time_us", sort=False)
+    wide["floor_us"] = df.groupby(["shape", "m", "weights"], sort=False)["floor_us"].first()
+    return wide.round(2)

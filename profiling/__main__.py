@@ -1,5 +1,0 @@
-import sys
-
-from profiling.cli import main
-
-sys.exit(main())

@@ -1,0 +1,64 @@
+"""The model shapes and the byte model: one home each, agreeing with the configs the engine reads and with
+the memory plan's own count."""
+
+import pytest
+import torch
+
+from tileinfer import byte_model
+from tileinfer.config import DFlashConfig, Qwen3Config, build_target_layer_ids
+from tileinfer.errors import ConfigError
+from tileinfer.kv_cache import KVCache
+from tileinfer.memory import MemoryModel, StackShape
+from tileinfer.random_weights import PRESETS, qwen3_config
+from tileinfer.shapes import QWEN3, QWEN3_4B, QWEN3_4B_DFLASH, DrafterShape, ModelShape
+
+
+def configs(size):
+    target = Qwen3Config.from_dict(qwen3_config(f"qwen3-{size}"))
+    drafter = DFlashConfig.from_dict({**qwen3_config(f"qwen3-{size}"), "num_hidden_layers": 5, "block_size": 16,
+                                      "mask_token_id": 0, "num_target_layers": target.num_hidden_layers})
+    return target, drafter
+
+
+@pytest.mark.parametrize("size", list(QWEN3))
+def test_shapes_round_trip_through_the_engine_s_configs(size):
+    target, drafter = configs(size)
+    assert ModelShape.of(target) == QWEN3[size] == ModelShape.of(qwen3_config(f"qwen3-{size}"))
+    assert DrafterShape.of(drafter).layers == ModelShape.of(drafter.layers)
+    assert QWEN3[size].hf_fields().items() <= PRESETS[f"qwen3-{size}"].items()
+
+
+def test_the_4b_pair():
+    assert [(n, k) for _, n, k in QWEN3_4B.linears()] == [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)]
+    assert list(QWEN3_4B_DFLASH.target_layer_ids) == build_target_layer_ids(36, 5)
+    assert QWEN3_4B_DFLASH.fc == (2560, 5 * 2560)
+    assert not QWEN3["8b"].tied and QWEN3["4b"].tied
+    with pytest.raises(ConfigError, match="lacks 'vocab_size'"):
+        ModelShape.of({k: v for k, v in QWEN3_4B.hf_fields().items() if k != "vocab_size"})
+
+
+@pytest.mark.parametrize("size", ["0.6b", "4b", "8b"])
+@pytest.mark.parametrize("weights", ["bf16", "fp32", "int8"])
+def test_the_memory_plan_counts_the_same_weight_bytes(size, weights):
+    target, drafter = configs(size)
+    plan = MemoryModel.from_configs(target, drafter, weights=weights, cuda=False)
+    shape, drafter_shape = ModelShape.of(target), DrafterShape.of(drafter)
+    expected = (byte_model.model_weight_bytes(shape, weights)["total"]
+                + byte_model.drafter_weight_bytes(drafter_shape, weights))
+    assert plan.weights_bytes == expected
+
+
+@pytest.mark.parametrize("size", list(QWEN3))
+def test_one_kv_byte_count(size):
+    target, _ = configs(size)
+    shape = ModelShape.of(target)
+    cache = KVCache(target.num_hidden_layers, target.num_key_value_heads, target.head_dim, torch.bfloat16, "cpu")
+    assert (byte_model.kv_bytes_per_position(shape, 2) == StackShape.of(target).kv_bytes_per_position(2)
+            == cache.bytes_per_position())
+
+
+def test_weight_kinds():
+    assert byte_model.linear_weight_bytes(8, 4, "int8") == 8 * 4 + 8 * 4  # one fp32 scale per output row
+    assert byte_model.compute_bytes("int8") == 2 and byte_model.compute_bytes("fp32") == 4
+    with pytest.raises(ConfigError, match="weights must be one of"):
+        byte_model.linear_weight_bytes(8, 4, "fp8")

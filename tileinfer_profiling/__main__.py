@@ -1,0 +1,5 @@
+import sys
+
+from tileinfer_profiling.cli import main
+
+sys.exit(main())

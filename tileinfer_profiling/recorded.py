@@ -1,0 +1,101 @@
+"""Recorded result files read back in the live sweeps' formats, so recorded and live rows plot alike.
+
+Every function takes the file (or directory) to read; the workbench knows the files' formats, not where
+a caller keeps them.
+
+    from tileinfer_profiling import recorded
+    recorded.attention(results_dir / "attention_h200.csv")
+"""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tileinfer_profiling.ceilings import H200
+
+
+def results(directory):
+    """{file stem: DataFrame} of every CSV in `directory`."""
+    return {p.stem: pd.read_csv(p) for p in sorted(Path(directory).glob("*.csv"))}
+
+
+def index(directory):
+    """One row per CSV in `directory`: rows, GPU(s), git revision(s)."""
+    rows = []
+    for name, df in results(directory).items():
+        rows.append({"file": f"{name}.csv", "rows": len(df),
+                     "gpu": ", ".join(sorted(map(str, df["gpu"].unique()))) if "gpu" in df else "",
+                     "git_rev": ", ".join(sorted(map(str, df["git_rev"].unique()))) if "git_rev" in df else ""})
+    return pd.DataFrame(rows)
+
+
+def attention(path):
+    """Split curves (section "splits") and SDPA decode rows of `attention_bench` as `attention_sweep` rows."""
+    df = pd.read_csv(path).drop_duplicates(["section", "kernel", "kv_len", "num_q_tokens", "num_splits", "config"],
+                                           keep="last")
+    ours = df[(df["section"] == "splits") & (df["kernel"] == "decode")].assign(impl="ours")
+    sdpa = df[(df["section"] == "decode") & (df["kernel"] == "sdpa")].assign(impl="sdpa")
+    out = pd.concat([ours, sdpa], ignore_index=True).rename(columns={"num_q_tokens": "q_len", "kv_gbps": "gbs"})
+    return out[["impl", "kv_len", "q_len", "num_splits", "time_us", "gbs", "gpu", "torch", "triton", "git_rev"]]
+
+
+_GEMM_VARIANTS = {"ours_bf16": ("ours", "bf16"), "ours_int8": ("ours", "int8"), "cublas_bf16": ("cublas", "bf16"),
+                  "torch_int8_ref": ("dequantize+cublas", "int8")}
+
+
+def gemms(path, ms=(1, 16), ceilings=H200):
+    """The linears of a `gemm_bench` file as `gemm_sweep` rows (impl, weights, time_us, gbs, floor_us),
+    floors at the read ceiling of the GPU that recorded them."""
+    df = pd.read_csv(path).drop_duplicates(["shape", "m", "variant"], keep="last")  # the latest run appends
+    df = df[df["variant"].isin(_GEMM_VARIANTS) & (df["n"] > 0) & df["m"].isin(ms)].copy()
+    df["impl"] = [_GEMM_VARIANTS[v][0] for v in df["variant"]]
+    df["weights"] = [_GEMM_VARIANTS[v][1] for v in df["variant"]]
+    df["time_us"] = df["us"]
+    df["gbs"] = df["bytes"] / (df["time_us"] * 1e-6) / 1e9
+    df["floor_us"] = df["bytes"] / (ceilings.read_gbs * 1e9) * 1e6
+    df["frac_read_bw"] = df["gbs"] / ceilings.read_gbs
+    return df[["shape", "n", "k", "m", "weights", "impl", "time_us", "gbs", "floor_us", "frac_read_bw", "bytes",
+               "gpu", "git_rev"]].reset_index(drop=True)
+
+
+def compiled(path, op_prefix=""):
+    """The static resources of each launch site (`tileinfer profile compiled`), one row per kernel."""
+    df = pd.read_csv(path, keep_default_na=False)
+    df = df[df["op"].str.startswith(op_prefix)]
+    cols = ["op", "shape", "m", "kind", "kernel", "num_warps", "num_stages", "regs", "local_bytes", "shared_bytes",
+            "blocks_per_sm", "tensor_cores", "loop_instructions", "byte_floor_us", "instruction_floor_us",
+            "binding_pipe"]
+    return df[[c for c in cols if c in df]].reset_index(drop=True)
+
+
+def engine_steps(path):
+    """Plain decode and DFlash step costs beside their byte floors, one row per configuration."""
+    df = pd.read_csv(path)
+    df = df[df["step_ms"].notna()]
+    cols = ["what", "weights", "point", "accept", "step_ms", "drafter_ms", "verify_ms", "floor_ms", "of_floor",
+            "vs_plain_step", "decode_tok_s", "gpu", "git_rev"]
+    return df[[c for c in cols if c in df]].round(3).reset_index(drop=True)
+
+
+def comparison(paths):
+    """The comparison's metric (median latencies, decode tok/s) from JSON-lines row files."""
+    rows = []
+    for path in paths:
+        rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    cols = ["point", "task", "weights", "dflash", "accept_mode", "prefill_ms", "decode_tok_s", "tokens_per_step",
+            "weights_kind", "gpu", "git_rev"]
+    return df[[c for c in cols if c in df]].round(2)
+
+
+def long_prompts(path):
+    """Prefill time and activation memory, chunked against one-shot, and DFlash decode after a long prompt."""
+    df = pd.read_csv(path)
+    df = df[df["what"].isin(["prefill", "dflash decode"])]
+    df = df.assign(activation_gb=df["activation_bytes"] / 1e9, plan_activation_gb=df["plan_activation_bytes"] / 1e9)
+    cols = ["what", "prompt_tokens", "chunk", "prefill_ms", "vs_one_shot", "activation_gb", "plan_activation_gb",
+            "activation_over_kv", "decode_tok_s", "tokens_per_step", "git_rev"]
+    return df[[c for c in cols if c in df]].round(3).reset_index(drop=True)
