@@ -24,9 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
-from bench.ref.metric import command_line, environment, write_rows  # noqa: E402
+import tileinfer_profiling.prompts  # noqa: E402
+from bench.ref.metric import environment, write_rows  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
 
-TEXT_DIR = Path(__file__).resolve().parent / "prompts" / "data"
+TEXT_DIR = Path(tileinfer_profiling.prompts.__file__).parent / "data"
 
 
 def benchmark_ids(tokenizer) -> list[int]:

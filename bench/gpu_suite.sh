@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a GPU machine, run as a user runs it (`make test`), recorded in bench/results/.
 #
-#   GIT_REV=<revision> bash bench/gpu_suite.sh [results dir]
+#   TILEINFER_GIT_REV=<revision> bash bench/gpu_suite.sh [results dir]
 #
 # Offline machines install what the image lacks from wheels in .whl/ (PIP_ARGS); the machine's own torch
 # and triton are used as they are. Writes gpu_tests_<gpu>.txt (revision, GPU, versions, command, the
@@ -10,7 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-bench/results}}
 mkdir -p "$out"
-rev=${GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+rev=${TILEINFER_GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export TILEINFER_GIT_REV=$rev
 workers=${WORKERS:-8}
 pip_args=${PIP_ARGS:-}
 if [ -z "$pip_args" ] && [ -d .whl ]; then
@@ -28,7 +29,7 @@ summary=$(grep -E "[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed 's/=//g;
 {
   echo "revision: $rev"
   echo "gpu | torch | triton: $versions"
-  echo "command: GIT_REV=$rev bash bench/gpu_suite.sh  (make test PIP_ARGS=\"$pip_args\" PYTEST_ARGS=\"-n $workers -p no:cacheprovider -rfE\")"
+  echo "command: TILEINFER_GIT_REV=$rev bash bench/gpu_suite.sh  (make test PIP_ARGS=\"$pip_args\" PYTEST_ARGS=\"-n $workers -p no:cacheprovider -rfE\")"
   echo "wall: ${elapsed} s, exit status $rc"
   echo "summary: ${summary:-none (set-up failed before pytest ran)}"
   grep -E "^(FAILED|ERROR) " "$log" | sed 's/^/  /'

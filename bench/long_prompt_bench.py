@@ -34,7 +34,7 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.reference import tokens_per_step  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
-from tileinfer.memory import measure_peak_bytes  # noqa: E402
+from tileinfer_profiling.memory_peaks import measure_peak_bytes  # noqa: E402
 
 GB = 1e9
 

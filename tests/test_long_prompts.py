@@ -15,9 +15,10 @@ import tileinfer
 from tests.conftest import assert_close
 from tests.helpers import tiny_target
 from tileinfer.config import DFlashConfig, Qwen3Config, read_json
-from tileinfer.memory import MemoryModel, held_weight_bytes, measure_peak_bytes
+from tileinfer.memory import MemoryModel, held_weight_bytes
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.random_weights import write_dflash_drafter
+from tileinfer_profiling.memory_peaks import measure_peak_bytes
 
 ACTIVATION_MARGIN = 1.10
 PROMPT_LEN = 45
@@ -149,10 +150,11 @@ def test_prefill_activations_bounded_by_chunk(pair):
     import dataclasses
     target, draft = pair
     engine = tileinfer.load(target, draft=draft, weights="bf16", prefill_chunk=32)
-    model = dataclasses.replace(MemoryModel.from_engine(engine), backend="triton")
+    model = MemoryModel.from_engine(engine)
+    model = dataclasses.replace(model, activations=dataclasses.replace(model.activations, backend="triton", cuda=False))
     a, b = (model.plan(n, 8).prefill_activation_bytes for n in (128, 480))
     assert b - a == 8 * (480 - 128)
-    one_shot = dataclasses.replace(model, prefill_chunk=4096).plan(480, 8).prefill_activation_bytes
+    one_shot = model.with_prefill_chunk(4096).plan(480, 8).prefill_activation_bytes
     assert one_shot > 10 * b
 
 
@@ -164,7 +166,7 @@ def test_plan_step_activations_match_measured(pair, block_size):
     engine.generate(ids, 30, stop_ids=[])
     start = int(engine.start_t.item())
     peaks = []
-    for _, fn in engine._phases(engine.step_shape(block_size, 230, 8, False), start):
+    for _, fn in engine._phases(engine.step_shape(block_size, 230, None, False), start):
         peaks.append(measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1])
     within_margin(engine.memory_plan(200, 30).step_activation_bytes, max(peaks), f"step, block {block_size}")
 

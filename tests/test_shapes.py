@@ -8,7 +8,7 @@ from tileinfer import byte_model
 from tileinfer.config import DFlashConfig, Qwen3Config, build_target_layer_ids
 from tileinfer.errors import ConfigError
 from tileinfer.kv_cache import KVCache
-from tileinfer.memory import MemoryModel, StackShape
+from tileinfer.memory import MemoryModel
 from tileinfer.random_weights import PRESETS, qwen3_config
 from tileinfer.shapes import QWEN3, QWEN3_4B, QWEN3_4B_DFLASH, DrafterShape, ModelShape
 
@@ -53,8 +53,7 @@ def test_one_kv_byte_count(size):
     target, _ = configs(size)
     shape = ModelShape.of(target)
     cache = KVCache(target.num_hidden_layers, target.num_key_value_heads, target.head_dim, torch.bfloat16, "cpu")
-    assert (byte_model.kv_bytes_per_position(shape, 2) == StackShape.of(target).kv_bytes_per_position(2)
-            == cache.bytes_per_position())
+    assert byte_model.kv_bytes_per_position(shape, 2) == cache.bytes_per_position()
 
 
 def test_weight_kinds():

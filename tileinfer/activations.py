@@ -1,0 +1,186 @@
+"""Peak activation bytes of a prefill chunk and of a decode / DFlash step, tensor by tensor.
+
+Prefill runs the prompt in chunks of T = min(prefill_chunk, prompt) tokens, so past the KV caches (and
+8 bytes per prompt token for the ids) nothing grows with the prompt: a chunk's peak is that of one
+decoder layer on T tokens — the residual stream (h, x, residual), the MLP's gate_up [T, 2I] and its
+activation [T, I] — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
+right after, and the previous chunk's h and residual still bound. Logits exist for the last row only.
+With the Triton backend the prefill attention is a flash kernel (no scores); the PyTorch reference
+materialises [Hq, T, L] scores. Every tensor is counted as the allocator holds it: on CUDA the caching
+allocator rounds each one up to 512 bytes, which dominates for small models.
+
+Choosing the prefill chunk: activations grow ∝ T against the KV cache's bytes per position, while a
+chunk of a few thousand tokens keeps the GEMMs and the attention kernel at full rate;
+`bench/long_prompt_bench.py` measures the trade (engine.DEFAULT_PREFILL_CHUNK is its choice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import torch
+
+from tileinfer.ops.attention import default_num_splits, exact_grid_splits
+from tileinfer.ops.linear import SKINNY_MAX_M
+from tileinfer.shapes import ModelShape
+
+CUDA_ALLOCATION_BYTES = 512  # the CUDA caching allocator's rounding of every block
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationModel:
+    target: ModelShape
+    drafter: ModelShape | None
+    block_size: int            # the drafter's block (1 without a drafter)
+    num_taps: int              # len(target_layer_ids)
+    elem: int                  # bytes per activation element (the compute dtype)
+    int8: bool                 # weight-only INT8 linears
+    backend: str               # "triton" | "torch"
+    exact: bool                # exact mode (tileinfer.ops.backend.Ops)
+    cuda: bool
+    prefill_chunk: int
+
+    def b(self, *dims: int, e: int | None = None) -> int:
+        """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
+        compute dtype's)."""
+        n = prod(dims) * (self.elem if e is None else e)
+        if self.cuda and n:
+            return -(-n // CUDA_ALLOCATION_BYTES) * CUDA_ALLOCATION_BYTES
+        return n
+
+    @property
+    def reference(self) -> bool:
+        return self.backend == "torch"
+
+    # ---- prefill ------------------------------------------------------------------------------------
+
+    def prefill_bytes(self, prompt_len: int) -> int:
+        """Peak bytes of prefill beyond weights and KV caches: the worst of its chunks."""
+        chunk = max(1, min(self.prefill_chunk, prompt_len))
+        full, tail = divmod(prompt_len, chunk)
+        candidates = []
+        if full:  # the last full chunk, after a full one
+            candidates.append(self._chunk_bytes(chunk, full * chunk, chunk if full > 1 else 0, prompt_len))
+        if tail:
+            candidates.append(self._chunk_bytes(tail, prompt_len, chunk if full else 0, prompt_len))
+        return max(candidates)
+
+    def _chunk_bytes(self, t: int, kv_len: int, previous: int, prompt_len: int) -> int:
+        h, b = self.target.hidden, self.b
+        taps = b(t, self.num_taps * h) if self.drafter else 0
+        held = b(prompt_len, e=8) + b(t, e=8) + taps + (2 * b(previous, h) if previous else 0)
+        layer = self._layer_bytes(self.target, t, kv_len, causal=True, decode=False)
+        drafter = self._append_context_bytes(t) + 2 * b(t, h) if self.drafter else 0
+        last_row = 2 * b(t, h) + self._logits_bytes(1)
+        return held + max(self._embedding_bytes(t), layer, drafter, last_row)
+
+    # ---- one step -----------------------------------------------------------------------------------
+
+    def step_bytes(self, max_length: int) -> int:
+        """Peak bytes of one decode / DFlash step of a request whose tokens end at `max_length`."""
+        size, b, h = self.block_size, self.b, self.target.hidden
+        kv_len = max_length + size
+        verify = self._layer_bytes(self.target, size, kv_len, causal=True, decode=True, max_length=max_length)
+        peak = max(verify, self._logits_bytes(size) + 4 * b(size, h))
+        if self.drafter is not None:
+            d = self.drafter.hidden
+            draft = max(self._append_context_bytes(size),
+                        self._layer_bytes(self.drafter, size, kv_len, causal=False, decode=True,
+                                          max_length=max_length),
+                        self._logits_bytes(size - 1) + 4 * b(size, d))
+            peak = max(peak, draft)
+        return peak + 4 * b(size, e=8)  # positions, KV lengths, matches, posterior
+
+    # ---- pieces -------------------------------------------------------------------------------------
+
+    def _embedding_bytes(self, t: int) -> int:
+        h = self.target.hidden
+        return self.b(t, h) + (2 * self.b(t, h, e=4) if self.int8 else 0)
+
+    def _logits_bytes(self, t: int) -> int:
+        if t <= 0:
+            return 0
+        n, h = self.target.vocab, self.target.hidden
+        return self.b(t, n) + self.b(t, e=8) + self._linear_scratch(n, h, t)
+
+    def _linear_scratch(self, n: int, k: int, m: int) -> int:
+        """Temporaries of one [m, k] x [n, k]^T linear beyond its output.
+
+        Triton: fp32 split-K partials of the skinny GEMM (M <= 16). PyTorch reference: in exact mode
+        M <= 16 runs padded to 16 rows (the padded input and output, then a copy of the m rows); INT8
+        weights are dequantized per call (W in the compute dtype, and an fp32 product)."""
+        if not self.reference:
+            return self._split_k_bytes(n, k, m)
+        padded = self.exact and m <= SKINNY_MAX_M
+        rows = SKINNY_MAX_M if padded else m
+        extra = self.b(rows, k) + self.b(rows, n) if padded else 0
+        return extra + (self.b(n, k) + self.b(rows, n, e=4) if self.int8 else 0)
+
+    def _split_k_bytes(self, n: int, k: int, m: int) -> int:
+        if m > SKINNY_MAX_M:
+            return 0
+        from tileinfer.ops.gemm_configs import get_config
+        cfg = get_config(n, k, SKINNY_MAX_M if self.exact else m, "int8" if self.int8 else "bf16",
+                         torch.device("cuda") if self.cuda and torch.cuda.is_available() else None)
+        block_k = min(cfg.block_k, max(16, 1 << (max(k, 1) - 1).bit_length()))
+        k_per_split = -(-(-(-k // cfg.split_k)) // block_k) * block_k
+        split_k = -(-k // k_per_split)
+        return self.b(split_k, m, n, e=4) if split_k > 1 else 0
+
+    def _layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
+                     max_length: int = 0) -> int:
+        """Peak live bytes inside one decoder layer on t tokens, the residual stream included."""
+        b, h, i, d, hq, hk = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads, s.kv_heads
+        up = self.elem != 4  # the reference ops make an fp32 copy of low-precision inputs
+        stream = 3 * b(t, h)
+        if self.reference:  # the reference ops' fp32 temporaries, as measured with torch.profiler on CPU
+            norm = b(t, h) + (3 if up else 2) * b(t, h, e=4) + 2 * b(t, e=4)
+            rope = 3 * b(t, d, e=4) + 4 * b(t, hq, d, e=4)
+        else:
+            norm = 2 * b(t, h)
+            rope = b(t, hq, d) + b(t, hk, d)
+        qkv = b(t, s.qkv_rows)
+        qk = b(t, hq, d) + b(t, hk, d)
+        _, o_n, o_k = s.linears()[1]
+        attention = max(qkv + self._linear_scratch(s.qkv_rows, h, t) + rope,
+                        qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
+                        qkv + qk + b(t, hq * d) + b(t, h) + self._linear_scratch(o_n, o_k, t))
+        if self.reference:
+            act = b(t, 2 * i) + (3 if up else 2) * b(t, i, e=4)
+        else:
+            act = b(t, 2 * i) + b(t, i)
+        mlp = max(b(t, 2 * i) + self._linear_scratch(2 * i, h, t), act,
+                  b(t, i) + b(t, h) + self._linear_scratch(h, i, t))
+        return stream + max(norm, attention, mlp)
+
+    def _attention_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
+                         max_length: int) -> int:
+        """The attention call's output and temporaries (q, K/V already counted by the caller)."""
+        b, d, hq, hk = self.b, s.head_dim, s.q_heads, s.kv_heads
+        out = b(t, hq, d)
+        if self.reference:
+            kv = 2 * b(kv_len, hq, d, e=4) + 2 * b(kv_len, e=8)       # K, V repeated to Hq heads in fp32
+            scores = 2 * b(hq, t, kv_len, e=4) + (b(t, kv_len, e=1) if causal else 0)  # scores, probs, mask
+            return kv + max(b(kv_len, hk, d, e=4) if self.elem != 4 else 0, scores + 2 * b(t, hq, d, e=4))
+        if decode:  # split-KV: partial outputs and log-sum-exps of every split, in fp32
+            splits = default_num_splits(max_length, t)
+            if self.exact and causal:
+                splits = exact_grid_splits(splits)
+            return out + b(splits, t, hq, d, e=4) + b(splits, t, hq, e=4)
+        return out
+
+    def _append_context_bytes(self, t: int) -> int:
+        """drafter.append_context on t features: fc output, its norm, each layer's K/V (two live)."""
+        s, b = self.drafter, self.b
+        hd, d, hk = s.hidden, s.head_dim, s.kv_heads
+        features = b(t, self.num_taps * self.target.hidden)
+        kv, k, fc = b(t, 2 * hk * d), b(t, hk, d), b(t, hd)
+        if self.reference:
+            norm = b(t, hd) + (3 if self.elem != 4 else 2) * b(t, hd, e=4) + 2 * b(t, e=4)
+            rope = 3 * b(t, d, e=4) + 4 * b(t, hk, d, e=4)
+        else:
+            norm, rope = 2 * b(t, hd), 0
+        fc_scratch = self._linear_scratch(hd, self.num_taps * self.target.hidden, t)
+        kv_scratch = self._linear_scratch(2 * hk * d, hd, t)
+        return features + max(fc + fc_scratch, norm, fc + 2 * kv + 2 * k + rope + kv_scratch)
