@@ -135,17 +135,23 @@ def main(argv=None):
     parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench"))
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-seconds", type=float, default=float("inf"),
+                        help="stop drawing cases for a weight kind past its share of this (rows so far are kept)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(measure_bandwidth=False)
     base = {k: env[k] for k in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     rows, t0 = [], time.perf_counter()
-    for weights in args.weights.split(","):
+    kinds = args.weights.split(",")
+    for n, weights in enumerate(kinds, 1):
         engine = tileinfer.load(weights=weights)
         text = benchmark_ids(engine.tokenizer)
         cases = make_cases(args.cases, engine.config.vocab_size, text, args.seed, args.max_prompt, args.max_new)
         for case in cases:
+            if time.perf_counter() - t0 > args.max_seconds * n / len(kinds):
+                print(f"{weights}: time share spent after {case['case']} cases", flush=True)
+                break
             row = run_case(engine, case) | {"weights": weights, "model": "embedded pair", "weights_kind": "trained"}
             rows.append(row)
             if not row["equal"]:

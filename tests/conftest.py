@@ -3,9 +3,11 @@ import os
 import pytest
 import torch
 
-# Triton kernels run on CPU tensors under the interpreter; it must be on before they are imported.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+import tileinfer.ops  # noqa: F401  decides TRITON_INTERPRET before any test module imports triton
+
+# Exact mode by default in the tests (the engine's default is on only for the embedded pair): greedy
+# DFlash must return greedy decoding's tokens exactly.
+os.environ.setdefault("TILEINFER_EXACT", "1")
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"

@@ -55,7 +55,6 @@ class Engine:
         self.device = target.device
         self.ops = target.ops
         self.backend = self.ops.backend
-        self.exact = self.ops.exact
         self.prefill_chunk = prefill_chunk
         # Bytes the engine may hold in all (weights included); None: free device memory on CUDA, no check on CPU.
         self.memory_budget = memory_budget
@@ -87,6 +86,18 @@ class Engine:
         self.features = torch.zeros(b, feat, dtype=self.target.dtype, device=dev)  # taps of the last verify
         pin = dev.type == "cuda"
         self._host_results = [torch.zeros(b + 1, dtype=torch.int64, pin_memory=pin) for _ in range(3)]
+
+    @property
+    def exact(self) -> bool:
+        """Exact mode: greedy DFlash returns exactly greedy decoding's tokens (each row of a step computed
+        as it is alone); `load(exact=...)` sets the default, `generate(exact=...)` one call's."""
+        return self.ops.exact
+
+    @exact.setter
+    def exact(self, value: bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"exact must be True or False, got {value!r}")
+        self.ops.exact = value
 
     @property
     def is_cuda(self) -> bool:
@@ -273,7 +284,14 @@ class Engine:
 
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, stop_ids=None, block_size: int | None = None,
-                 eager: bool = False, accept_profile=None, num_splits: int | None = None) -> Generation:
+                 eager: bool = False, accept_profile=None, num_splits: int | None = None,
+                 exact: bool | None = None) -> Generation:
+        if exact is not None and exact != self.exact:
+            default, self.exact = self.exact, exact
+            try:
+                return self.generate(prompt, max_new_tokens, stop_ids, block_size, eager, accept_profile, num_splits)
+            finally:
+                self.exact = default
         ids, block, stop = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits)
         n_prompt = len(ids)
         memory.check_budget(self, n_prompt, max_new_tokens)  # before anything is allocated

@@ -1,5 +1,7 @@
 """tileinfer.load: checkpoint → Engine, with every check done before anything is kept."""
 
+import os
+
 import torch
 
 from tileinfer.checkpoint import eos_ids, load_tokenizer, read_tensors, resolve
@@ -26,7 +28,7 @@ def default_draft() -> str:
 
 def load(model=None, draft=None, weights: str = "bf16", device=None, backend: str | None = None,
          linear: str = "ours", prefill_chunk: int = DEFAULT_PREFILL_CHUNK, memory_budget: int | None = None,
-         exact: bool = True) -> Engine:
+         exact: bool | None = None) -> Engine:
     """Load a Qwen3 checkpoint (and optionally a DFlash drafter) into an Engine.
 
     model/draft: a checkpoint directory or a hub id in the local Hugging Face cache; model None is the
@@ -36,8 +38,15 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
     may hold in all; a request whose memory plan exceeds it is refused before any allocation (default:
     free device memory on CUDA, no check on CPU). exact: every kernel of a decode or verify step computes
     a row with the same bits whatever the number of tokens in the step, so greedy DFlash returns exactly
-    the tokens of greedy decoding (False: kernels may pick faster paths per token count).
+    the tokens of greedy decoding; False lets kernels pick faster paths per token count (plain decoding
+    is faster, bench/results/exact_cost_h200.csv). None: the environment's TILEINFER_EXACT (1 or 0) if
+    set, else on for the embedded pair and off otherwise.
     """
+    if exact is None:
+        env = os.environ.get("TILEINFER_EXACT")
+        if env not in (None, "0", "1"):
+            raise ConfigError(f"TILEINFER_EXACT must be 1 or 0, got {env!r}")
+        exact = model is None if env is None else env == "1"
     if model is None:
         model, draft = default_model(), draft if draft is not None else default_draft()
     if weights not in WEIGHTS:

@@ -23,8 +23,8 @@ class AttentionContext:
 
 
 class Ops:
-    """The kernels a model runs on. `exact`: every op computes a row of a step (1…16 tokens) with the
-    bits it has when computed alone, so DFlash verify rows equal plain decoding's (see `exact_split_size`)."""
+    """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
+    (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's."""
 
     def __init__(self, backend: str, linear: str = "ours", exact: bool = False):
         if backend not in BACKENDS:
@@ -40,18 +40,21 @@ class Ops:
             self.rms_norm = rmsnorm.rms_norm_ref
             self.qk_norm_rope = rope.qk_norm_rope_ref
             self.silu_mul = swiglu.silu_mul_ref
-            self.linear = lin.linear_rows_ref if exact else lin.linear_ref
+            self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
         else:
             from tileinfer.ops import decode_attention, prefill_attention
             self.rms_norm = rmsnorm.rms_norm
             self.qk_norm_rope = rope.qk_norm_rope
             self.silu_mul = swiglu.silu_mul
             if linear == "ours":
-                self.linear = partial(lin.linear, exact=True) if exact else lin.linear
+                self._linear = {False: lin.linear, True: partial(lin.linear, exact=True)}
             else:
-                self.linear = lin.linear_rows_ref if exact else lin.linear_ref
+                self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
             self._decode = decode_attention.decode_attention
             self._prefill = prefill_attention.prefill_attention
+
+    def linear(self, x, lin):
+        return self._linear[self.exact](x, lin)
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
         if self.backend == "torch":

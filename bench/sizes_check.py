@@ -1,0 +1,105 @@
+"""Every dense Qwen3 size on the GPU, checked against Hugging Face transformers on random weights.
+
+Per size: a random checkpoint of the real shape written to disk (BF16), loaded by TileInfer and by
+transformers' Qwen3ForCausalLM in fp32 (logits compared tightly) and in BF16 (loosely); greedy tokens
+against transformers' greedy in fp32; a DFlash run with a random drafter against TileInfer's own greedy
+decoding (exact mode: identical tokens). One CSV row per size × dtype.
+
+    python bench/sizes_check.py --sizes 0.6b,1.7b,4b,8b --out bench/results
+"""
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tileinfer  # noqa: E402
+from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
+from tileinfer.random_weights import write_dflash_drafter, write_qwen3  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
+
+# max |ours − transformers| over max |transformers| on the prompt's logits
+TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}
+
+
+def hf_model(path, dtype):
+    from transformers import Qwen3ForCausalLM
+    return Qwen3ForCausalLM.from_pretrained(str(path), torch_dtype=dtype, attn_implementation="sdpa").cuda().eval()
+
+
+def check(size: str, root: Path, prompt_len: int, new_tokens: int) -> list[dict]:
+    t0 = time.perf_counter()
+    target = write_qwen3(root / f"qwen3-{size}", f"qwen3-{size}", seed=1, dtype=torch.bfloat16, std=0.02)
+    drafter = write_dflash_drafter(root / f"qwen3-{size}-drafter", target, num_layers=2, seed=2)
+    written_s = time.perf_counter() - t0
+    rows = []
+    g = torch.Generator().manual_seed(3)
+    for weights, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        engine = tileinfer.load(target, draft=drafter, weights=weights)
+        ids = torch.randint(0, engine.config.vocab_size, (prompt_len,), generator=g).tolist()
+        ours = engine.prompt_logits(ids)
+        hf = hf_model(target, dtype)
+        with torch.no_grad():
+            theirs = hf(torch.tensor([ids], device="cuda")).logits[0].float()
+            ref_tokens = hf.generate(torch.tensor([ids], device="cuda"), max_new_tokens=new_tokens, do_sample=False,
+                                     eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+        del hf
+        gc.collect()
+        torch.cuda.empty_cache()
+        err = ((ours - theirs).abs().max() / theirs.abs().max()).item()
+        plain = engine.generate(ids, new_tokens, stop_ids=[], block_size=1)
+        spec = engine.generate(ids, new_tokens, stop_ids=[])
+        agree = next((i for i, (a, b) in enumerate(zip(plain.tokens, ref_tokens)) if a != b), len(ref_tokens))
+        rows.append(dict(
+            model=f"qwen3-{size}", weights=weights, prompt_tokens=prompt_len, new_tokens=new_tokens,
+            logits_rel_err=err, tolerance=TOLERANCE[weights], logits_ok=err <= TOLERANCE[weights],
+            greedy_tokens_agree_with_transformers=agree, dflash_equals_greedy=spec.tokens == plain.tokens,
+            plain_tok_s=plain.stats.decode_tok_s, dflash_tokens_per_step=spec.stats.mean_tokens_per_step,
+            checkpoint_write_s=written_s, weights_kind="random"))
+        print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+        del engine
+        gc.collect()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="0.6b,1.7b,4b,8b")
+    parser.add_argument("--prompt-tokens", type=int, default=200)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench") + "/sizes")
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args(argv)
+    env = environment(measure_bandwidth=False)
+    base = {k: env[k] for k in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
+    import transformers
+    base["transformers"] = transformers.__version__
+    rows = []
+    for size in args.sizes.split(","):
+        rows += check(size, Path(args.root), args.prompt_tokens, args.new_tokens)
+        for d in Path(args.root).glob(f"qwen3-{size}*"):  # free the disk for the next size
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = write_rows([r | base for r in rows], out / f"sizes_{gpu_tag(base['gpu'])}.csv", last=tuple(base))
+    print(f"\n{base['gpu']}, torch {base['torch']}, triton {base['triton']}, transformers {base['transformers']}, "
+          f"rev {base['git_rev']}; random weights; rows in {path}")
+    print(f"{'model':11} {'weights':7} {'logits err':>10} {'ok':>3} {'greedy=HF':>9} {'dflash=greedy':>13} {'tok/s':>7}")
+    for r in rows:
+        print(f"{r['model']:11} {r['weights']:7} {r['logits_rel_err']:10.2e} {'yes' if r['logits_ok'] else 'NO':>3} "
+              f"{r['greedy_tokens_agree_with_transformers']:>6}/{r['new_tokens']:<2} "
+              f"{'yes' if r['dflash_equals_greedy'] else 'NO':>13} {r['plain_tok_s']:7.0f}")
+    bad = [r for r in rows if not (r["logits_ok"] and r["dflash_equals_greedy"])]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
