@@ -301,7 +301,7 @@ class Engine:
         forced = accept_profile is not None
         schedule = accept_schedule(accept_profile) if forced else None
         pipelined = self.backend == "triton"  # the torch backend reads the host's KV length
-        stats = GenerationStats(prompt_tokens=n_prompt, block_size=block)
+        stats = GenerationStats(prompt_tokens=n_prompt, block_size=block, exact=self.exact)
 
         self._sync()
         t0 = time.perf_counter()

@@ -17,6 +17,7 @@ class GenerationStats:
     verify_ms: float | None = None
     accept_ms: float | None = None
     stop_reason: str = "length"
+    exact: bool = False  # exact mode (greedy DFlash = greedy decoding, bit for bit)
 
     @property
     def mean_tokens_per_step(self) -> float:

@@ -69,7 +69,8 @@ def summarize(kernels, stats, variant="eager"):
     device = kernels["device"].iloc[0] if len(kernels) else "none"
     row = {"variant": variant, "device": device, "steps": steps, "new_tokens": stats.get("new_tokens"),
            "prompt_tokens": stats.get("prompt_tokens"), "mean_tokens_per_step": stats.get("mean_tokens_per_step"),
-           "wall_step_ms": stats.get("decode_ms", math.nan) / div, "decode_tok_s": stats.get("decode_tok_s")}
+           "wall_step_ms": stats.get("decode_ms", math.nan) / div, "decode_tok_s": stats.get("decode_tok_s"),
+           "exact": stats.get("exact")}
     in_steps = kernels[kernels["phase"] != "prefill"]
     row["kernel_ms_per_step"] = in_steps["duration_us"].sum() / 1e3 / div
     by_phase = in_steps.groupby("phase")["duration_us"].sum() / 1e3 / div
