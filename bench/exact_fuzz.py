@@ -97,7 +97,7 @@ class OracleDrafts:
 def oracle_cases(preset: str, root: Path, count: int, weights: str, seed: int, prompt_len: int, new: int):
     from bench.ref.tileinfer_spec import prepare_random
     target, drafter = prepare_random(preset, root / preset)
-    engine = tileinfer.load(target, draft=drafter, weights=weights)
+    engine = tileinfer.load(target, draft=drafter, weights=weights, exact=True)
     g = torch.Generator().manual_seed(seed)
     rows = []
     for i in range(count):
@@ -145,7 +145,7 @@ def main(argv=None):
     rows, t0 = [], time.perf_counter()
     kinds = args.weights.split(",")
     for n, weights in enumerate(kinds, 1):
-        engine = tileinfer.load(weights=weights)
+        engine = tileinfer.load(weights=weights, exact=True)
         text = benchmark_ids(engine.tokenizer)
         cases = make_cases(args.cases, engine.config.vocab_size, text, args.seed, args.max_prompt, args.max_new)
         for case in cases:
