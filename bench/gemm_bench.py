@@ -5,9 +5,9 @@ For qkv, o, gate_up, down and lm_head at M = 1, 4, 16 it times: ours BF16 (skinn
 (F.linear(x, w.to(bf16)) * s). Several weight copies are rotated so that the 60 MB L2 holds none of
 them; effective TB/s = weight bytes read / time. Every variant is checked against an fp32 reference first.
 
-    python3 bench/gemm_bench.py --out DIR            # measure with the configs in gemm_configs.json
+    python3 bench/gemm_bench.py --out DIR            # measure with the GPU's configs (tileinfer/ops/configs)
     python3 bench/gemm_bench.py --tune --out DIR     # tune first (a small grid per shape x M bucket x
-                                                     # weight kind), write DIR/gemm_configs.json, then measure
+                                                     # weight kind), write the GPU's skinny_gemm configs, then measure
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
 Writes DIR/gemm_h200.csv (one row per shape x M x variant, with GPU, versions, git revision, command)
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from tileinfer.ops import gemm_configs  # noqa: E402  (imports Triton itself, interpreted without a GPU)
+from tileinfer.ops import gemm_configs, tuning  # noqa: E402  (imports Triton itself, interpreted without a GPU)
 from tileinfer.ops.gemm_configs import M_BUCKETS, GemmConfig  # noqa: E402
 from tileinfer.ops.linear import quantize_weight  # noqa: E402
 from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
@@ -190,15 +190,11 @@ def tune(shapes: dict, device: str, budget_s: float, log) -> dict:
 
 
 def install_table(gpu: str, table: dict, out: Path | None) -> None:
-    """Merge this GPU's winners into gemm_configs.json (here and under --out) and reload the lookup."""
-    path = gemm_configs.CONFIG_PATH
-    full = json.loads(path.read_text()) if path.exists() else {}
-    full[gpu] = table
-    text = json.dumps(full, indent=1, sort_keys=True) + "\n"
-    path.write_text(text)
+    """Write this GPU's winners as the "skinny_gemm" section of its configs file (tileinfer/ops/configs,
+    and a copy under --out) and reload the lookup."""
+    path = tuning.write_section(gpu, "skinny_gemm", table)
     if out is not None:
-        (out / "gemm_configs.json").write_text(text)
-    gemm_configs.load_table.cache_clear()
+        (out / path.name).write_text(path.read_text())
     gemm_configs._lookup.cache_clear()
 
 

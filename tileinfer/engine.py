@@ -18,7 +18,8 @@ from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
 from tileinfer.models.qwen3 import Qwen3ForCausalLM
 from tileinfer.accept_profile import accept_schedule
-from tileinfer.ops.attention import default_num_splits, exact_block_m, exact_grid_splits, exact_split_size
+from tileinfer.ops.attention import (default_num_splits, exact_block_m, exact_grid_splits, exact_split_size,
+                                     max_num_splits)
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.stats import Generation, GenerationStats
 
@@ -277,7 +278,7 @@ class Engine:
     def step_shape(self, size: int, max_length: int, num_splits: int | None, forced: bool) -> StepShape:
         """The shape of a step of `size` tokens in a request whose tokens end at `max_length`."""
         if num_splits is None:
-            num_splits = default_num_splits(max_length, size)
+            num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
         if not self.exact:
             return StepShape(size, num_splits, 0, forced)
         return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced)

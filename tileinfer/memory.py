@@ -21,6 +21,7 @@ from tileinfer import byte_model
 from tileinfer.activations import ActivationModel
 from tileinfer.errors import RequestError
 from tileinfer.kv_cache import KV_GRANULE
+from tileinfer.ops.attention import max_num_splits
 from tileinfer.shapes import DrafterShape, ModelShape
 
 # Held by the CUDA caching allocator beyond the tensors the plan counts: cuBLAS workspaces once GEMMs
@@ -66,7 +67,8 @@ class MemoryModel:
         acts = ActivationModel(target=target, drafter=draft, block_size=engine.block_max,
                                num_taps=len(engine.tap_ids), elem=engine.target.dtype.itemsize,
                                int8=engine.weights == "int8", backend=engine.backend, exact=engine.exact,
-                               cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk)
+                               cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
+                               max_num_splits=max_num_splits(engine.device))
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
                    weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
                    activations=acts)

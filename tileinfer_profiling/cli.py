@@ -227,7 +227,7 @@ def build_parser(prog="python -m tileinfer_profiling"):
                        "spills, shared memory, blocks per SM, SASS opcodes")
     k.add_argument("--preset", default="qwen3-4b", help="model shapes (tileinfer.random_weights presets)")
     k.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200")
-    k.add_argument("--gpu", default="NVIDIA H200", help="whose tuned GEMM configs (gemm_configs.json)")
+    k.add_argument("--gpu", default="NVIDIA H200", help="whose tuned GEMM configs (tileinfer/ops/configs)")
     k.add_argument("--num-sms", type=int, default=132)
     k.add_argument("--ops", help="comma list of op prefixes, e.g. 'linear,decode attention'")
     k.add_argument("--out", required=True)

@@ -11,7 +11,9 @@ Layout shared by every attention kernel of TileInfer:
 
 import torch
 
-MAX_NUM_SPLITS = 16  # default_num_splits never exceeds it
+from tileinfer.ops.tuning import section
+
+MAX_NUM_SPLITS = 16  # default_num_splits' limit where the GPU's configs name none
 
 
 def attention_ref(q, k_cache, v_cache, kv_len: int, causal: bool = True, scale: float | None = None) -> torch.Tensor:
@@ -32,7 +34,12 @@ def attention_ref(q, k_cache, v_cache, kv_len: int, causal: bool = True, scale: 
     return torch.einsum("htl,lhd->thd", probs, v).to(q.dtype).contiguous()
 
 
-def default_num_splits(kv_len: int, num_q_tokens: int = 1) -> int:
+def max_num_splits(device) -> int:
+    """The split-count limit of the GPU's "decode_attention" configs (see tuning.py), else MAX_NUM_SPLITS."""
+    return section(device, "decode_attention").get("max_num_splits", MAX_NUM_SPLITS)
+
+
+def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX_NUM_SPLITS) -> int:
     """Split count for ``decode_attention``: 16 splits × 8 KV heads = 128 programs fill the H200's
     132 SMs in one wave; a short cache gets one 64-position block per split."""
     # H200, Qwen3-4B shapes, bf16, in a CUDA graph (bench/results/attention_h200.csv), µs by splits:
@@ -40,7 +47,7 @@ def default_num_splits(kv_len: int, num_q_tokens: int = 1) -> int:
     #   q16 32k: 8 → 63.3, 16 → 40.6, 24 → 45.1, 32 → 42.8, 64 → 51.5 (q1: 16 → 39.1, 32 → 38.0)
     #   q16  1k: 4 → 10.1, 8 → 8.9, 16 → 8.7, 64 → 15.1 (two launches dominate)
     # The best count did not depend on the number of query tokens (1 or 16).
-    return max(1, min(MAX_NUM_SPLITS, kv_len // EXACT_BLOCK_N))
+    return max(1, min(max_splits, kv_len // EXACT_BLOCK_N))
 
 
 EXACT_BLOCK_N = 64     # split sizes in exact mode are multiples of the decode kernel's key block

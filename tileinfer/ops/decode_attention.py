@@ -22,6 +22,7 @@ import triton.language as tl
 from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.fit import launch_fitted, shrink
+from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
 
@@ -186,7 +187,8 @@ class DecodeAttentionConfig:
 
 def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
-    *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int = 4, num_stages: int = 3,
+    *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -194,9 +196,14 @@ def decode_attention(
     ``split_size`` > 0 fixes each split to that many positions (a multiple of ``block_n``) instead of
     an even share of ``kv_len``: splits past the KV length are empty. ``block_m`` fixes the query tile
     (T × group rows, padded); exact mode passes both so that rows do not depend on T or ``kv_len``."""
-    # Launch defaults from the H200 sweep (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with
-    # 4 warps and 3 stages 29.5; 4 stages 30.7; 8 warps 40.3; BLOCK_N 128: 32.4 (4 warps), 40.3 (8).
+    # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
+    # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
+    # and 3 stages 29.5; 4 stages 30.7; 8 warps 40.3; BLOCK_N 128: 32.4 (4 warps), 40.3 (8). BLOCK_N stays
+    # 64: exact mode's split sizes are multiples of it.
     _check_inputs(q, k_cache, v_cache)
+    tuned = section(q.device, "decode_attention")
+    num_warps = num_warps or tuned.get("num_warps", 4)
+    num_stages = num_stages or tuned.get("num_stages", 3)
     if num_splits < 1:
         raise ConfigError(f"num_splits must be at least 1, got {num_splits}")
     if not isinstance(kv_len, torch.Tensor) or kv_len.numel() != 1 or kv_len.dtype not in (torch.int32, torch.int64):

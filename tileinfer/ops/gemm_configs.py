@@ -1,21 +1,18 @@
-"""Launch configs for the skinny GEMMs: tuned winners per GPU from gemm_configs.json, else a heuristic.
-
-JSON layout: {gpu_name: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
-num_warps, num_stages, fast_i8}}}}}, with gpu_name as `torch.cuda.get_device_name()` returns it. The file is read
-once; nothing is tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune`
-writes it (a small grid timed in CUDA graphs on the GPU in question).
+"""Launch configs for the skinny GEMMs: tuned winners of the GPU (the "skinny_gemm" section of its file in
+`configs/`, see `tuning.py`: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
+num_warps, num_stages, fast_i8}}}}), else a heuristic. `bench/gemm_bench.py --tune` writes the section
+(a small grid timed in CUDA graphs on the GPU in question).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import torch
 
-CONFIG_PATH = Path(__file__).with_name("gemm_configs.json")
+from tileinfer.ops.tuning import gpu_configs
+
 M_BUCKETS = (1, 4, 16)
 NUM_SMS_GUESS = 132  # H200; only used by the heuristic when no device is visible
 
@@ -39,12 +36,6 @@ def m_bucket(m: int) -> int:
         if m <= b:
             return b
     raise ValueError(f"skinny GEMM configs cover M <= {M_BUCKETS[-1]}, got {m}")
-
-
-@lru_cache(maxsize=None)
-def load_table(path: str = str(CONFIG_PATH)) -> dict:
-    p = Path(path)
-    return json.loads(p.read_text()) if p.exists() else {}
 
 
 @lru_cache(maxsize=None)
@@ -76,7 +67,7 @@ def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = 
 
 @lru_cache(maxsize=4096)
 def _lookup(gpu: str, num_sms: int, n: int, k: int, bucket: int, kind: str) -> GemmConfig:
-    entry = load_table().get(gpu, {}).get(f"{n}x{k}", {}).get(f"m{bucket}", {}).get(kind)
+    entry = gpu_configs(gpu).get("skinny_gemm", {}).get(f"{n}x{k}", {}).get(f"m{bucket}", {}).get(kind)
     if entry:
         return GemmConfig(**entry)
     return heuristic_config(n, k, bucket, kind, num_sms)

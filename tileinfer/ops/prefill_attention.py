@@ -16,6 +16,7 @@ import triton.language as tl
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.decode_attention import _check_inputs, _online_softmax_step
 from tileinfer.ops.fit import launch_fitted, shrink
+from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
 
@@ -93,13 +94,15 @@ class PrefillAttentionConfig:
 
 def prefill_attention(
     q, k_cache, v_cache, kv_len: int, causal: bool = True, scale=None,
-    *, block_m: int = 64, block_n: int = 64, num_warps: int = 4, num_stages: int = 3,
+    *, block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
     """Attention of the T queries in ``q`` (the last T of ``kv_len`` cache positions); ``kv_len`` is a
     host int, ``kv_len >= T``."""
-    # Launch defaults measured on the H200 (head_dim 128, bf16, causal): 64×64 tiles, 4 warps, 3 stages
-    # gave 256 TFLOP/s at 1k and 459 at 8k (128×64 with 8 warps: 217 and 457; SDPA flash: 158 and 319).
-    # fp32 tiles of that size need 245,760 B of shared memory, more than the H200 has: they shrink to fit.
+    # Tiles from the GPU's "prefill_attention" section, else PrefillAttentionConfig's defaults, measured on
+    # the H200 (head_dim 128, bf16, causal): 64×64 tiles, 4 warps, 3 stages gave 256 TFLOP/s at 1k and 459
+    # at 8k (128×64 with 8 warps: 217 and 457; SDPA flash: 158 and 319). fp32 tiles of that size need
+    # 245,760 B of shared memory, more than the H200 has: they shrink to fit.
     _check_inputs(q, k_cache, v_cache)
     num_q_tokens, num_q_heads, head_dim = q.shape
     kv_len = int(kv_len)
@@ -122,7 +125,9 @@ def prefill_attention(
             num_warps=c.num_warps, num_stages=c.num_stages,
         )
 
-    cfg = PrefillAttentionConfig(block_m, block_n, num_warps, num_stages)
+    given = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    cfg = PrefillAttentionConfig(**(section(q.device, "prefill_attention")
+                                    | {k: v for k, v in given.items() if v is not None}))
     key = ("prefill_attention", num_q_heads // k_cache.shape[1], head_dim, q.dtype, k_cache.dtype, causal, cfg, q.device)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16), ("block_m", 16))), launch)
     return out

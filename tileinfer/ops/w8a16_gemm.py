@@ -18,6 +18,7 @@ import triton.language as tl
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.skinny_gemm import MAX_M, _weight_to, skinny_gemm
+from tileinfer.ops.tuning import section
 
 
 def w8a16_gemm_ref(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -73,12 +74,18 @@ class W8A16Config:
     num_stages: int
 
 
-def _prefill_config(m: int) -> W8A16Config:
+DEFAULTS = {"small_m": W8A16Config(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
+            "large_m": W8A16Config(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)}
+
+
+def _prefill_config(m: int, device=None) -> W8A16Config:
+    """The tiles for M rows: the GPU's tuned "w8a16_gemm" section (small_m: M <= 64, large_m above), else
+    DEFAULTS; small tiles under the interpreter, which runs one program at a time."""
     if INTERPRET:
         return W8A16Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)
-    if m <= 64:
-        return W8A16Config(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)
-    return W8A16Config(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4)
+    which = "small_m" if m <= 64 else "large_m"
+    tuned = section(device, "w8a16_gemm").get(which)
+    return W8A16Config(**tuned) if tuned else DEFAULTS[which]
 
 
 def w8a16_gemm_tiled(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, **config) -> torch.Tensor:
@@ -88,7 +95,7 @@ def w8a16_gemm_tiled(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor
     assert qweight.dtype == torch.int8 and qweight.shape[1] == k and qweight.stride(1) == 1
     if x.stride(1) != 1:
         x = x.contiguous()
-    cfg = replace(_prefill_config(m), **config)
+    cfg = replace(_prefill_config(m, x.device), **config)
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
 
     def launch(c: W8A16Config):

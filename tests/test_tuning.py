@@ -1,0 +1,50 @@
+"""Per-GPU tuning data: one file per GPU, one section per kernel, defaults in code for anything missing."""
+
+import json
+
+import pytest
+
+from tileinfer.ops import tuning
+from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits
+from tileinfer.ops.gemm_configs import _lookup, heuristic_config
+from tileinfer.ops.w8a16_gemm import DEFAULTS
+
+
+def test_the_h200_file_holds_every_kernel_section():
+    h200 = tuning.gpu_configs("NVIDIA H200")
+    assert h200["gpu"] == "NVIDIA H200" and tuning.config_path("NVIDIA H200").name == "nvidia_h200.json"
+    assert {"skinny_gemm", "w8a16_gemm", "decode_attention", "prefill_attention"} <= set(h200)
+    assert h200["decode_attention"]["max_num_splits"] == MAX_NUM_SPLITS
+    assert {tuple(sorted(v)) for v in h200["w8a16_gemm"].values()} == {("BLOCK_K", "BLOCK_M", "BLOCK_N",
+                                                                         "num_stages", "num_warps")}
+    # every tuned skinny shape has all three M buckets for both weight kinds
+    for entry in h200["skinny_gemm"].values():
+        assert set(entry) == {"m1", "m4", "m16"} and all(set(e) == {"bf16", "int8"} for e in entry.values())
+
+
+def test_a_gpu_without_a_file_gets_the_defaults():
+    assert tuning.gpu_configs("Some Future GPU") == {}
+    assert tuning.section("cpu", "decode_attention") == {}
+    assert _lookup("Some Future GPU", 132, 6144, 2560, 16, "bf16") == heuristic_config(6144, 2560, 16, "bf16", 132)
+    assert default_num_splits(8192) == MAX_NUM_SPLITS and default_num_splits(8192, max_splits=4) == 4
+    assert DEFAULTS["small_m"].BLOCK_M == 64
+
+
+def test_write_section_replaces_one_kernel(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "CONFIG_DIR", tmp_path)
+    tuning.gpu_configs.cache_clear()
+    try:
+        path = tuning.write_section("Test GPU 9", "decode_attention", {"num_warps": 8})
+        tuning.write_section("Test GPU 9", "prefill_attention", {"block_m": 32})
+        assert path == tmp_path / "test_gpu_9.json"
+        data = json.loads(path.read_text())
+        assert data == {"gpu": "Test GPU 9", "decode_attention": {"num_warps": 8}, "prefill_attention": {"block_m": 32}}
+        assert tuning.gpu_configs("Test GPU 9")["decode_attention"] == {"num_warps": 8}
+    finally:
+        tuning.gpu_configs.cache_clear()
+
+
+@pytest.mark.parametrize("gpu,slug", [("NVIDIA H200", "nvidia_h200"), ("NVIDIA GeForce RTX 4080 SUPER",
+                                                                        "nvidia_geforce_rtx_4080_super")])
+def test_file_names(gpu, slug):
+    assert tuning.gpu_slug(gpu) == slug
