@@ -3,7 +3,8 @@
 Plain greedy decoding is the same loop with a block of one token and no drafter. Device state (the
 anchor's position, the block, the drafter's new context) is updated inside the graphs, so the host
 reads only each step's result; the next step is launched before that read whenever its block size
-cannot depend on it.
+cannot depend on it. With a temperature, verify samples instead (tileinfer.sampling): plain decoding
+from the target's filtered distribution, DFlash by speculative sampling of its argmax drafts.
 """
 
 import time
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tileinfer import memory, tracing
+from tileinfer import memory, sampling, tracing
 from tileinfer.errors import ConfigError, RequestError
 from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
@@ -33,6 +34,8 @@ class StepShape:
     num_splits: int    # attention splits (the decode kernel's grid)
     split_size: int    # > 0: split boundaries at its multiples (exact mode); 0: even shares of the KV length
     forced: bool       # acceptance forced from an accept profile instead of computed
+    sample: bool = False     # speculative sampling instead of greedy verification
+    filtered: bool = False   # top-k / top-p on (their sort is skipped otherwise)
 
 
 @dataclass(slots=True)
@@ -85,6 +88,7 @@ class Engine:
         self.arange = torch.arange(b, dtype=torch.int64, device=dev)
         feat = self.drafter.feature_size if self.drafter else 0
         self.features = torch.zeros(b, feat, dtype=self.target.dtype, device=dev)  # taps of the last verify
+        self.sampler = sampling.SamplerState(b, dev)  # temperature, top-k/p, the request's uniforms
         pin = dev.type == "cuda"
         self._host_results = [torch.zeros(b + 1, dtype=torch.int64, pin_memory=pin) for _ in range(3)]
 
@@ -134,10 +138,14 @@ class Engine:
             taps = self.features[:size] if self.tap_ids and size > 1 else None
             h, residual = target.forward(self.block_ids[:size], positions, self.cache, ctx,
                                          taps=taps, tap_ids=self.tap_ids if taps is not None else ())
-            posterior = target.logits(target.final_norm(h, residual)).argmax(dim=-1)
+            logits = target.logits(target.final_norm(h, residual))
+            posterior = None if shape.sample else logits.argmax(dim=-1)
         with tracing.annotate("accept"):
-            matches = (self.block_ids[1:size] == posterior[: size - 1]).to(torch.int64)
-            accepted = matches.cumprod(0).sum().view(1)
+            if shape.sample:
+                accepted, posterior = self._sample(logits, self.block_ids[1:size], shape.filtered)
+            else:
+                matches = (self.block_ids[1:size] == posterior[: size - 1]).to(torch.int64)
+                accepted = matches.cumprod(0).sum().view(1)
             if shape.forced:
                 accepted = torch.minimum(self.forced_accept, torch.full_like(accepted, size - 1))
             self.result[:1].copy_(accepted)
@@ -145,6 +153,12 @@ class Engine:
             self.ctx_start_t.copy_(self.start_t)
             self.start_t.add_(accepted + 1)
             self.block_ids[:1].copy_(posterior.gather(0, accepted))
+
+    def _sample(self, logits, drafts, filtered: bool):
+        """Speculative sampling of a block (a single token without drafts): (accepted [1], tokens [size])."""
+        s = self.sampler
+        logp = sampling.log_probs(logits, s.temperature, s.top_k, s.top_p, filtered)
+        return sampling.speculative_sample(logp, drafts, s.next_uniforms())
 
     def _phases(self, shape: StepShape, host_start: int) -> list[tuple[str, object]]:
         """The step as (phase, function) pairs: [drafter,] verify."""
@@ -157,7 +171,7 @@ class Engine:
     def _graph(self, key, fn):
         graph = self._graphs.get(key)
         if graph is None:
-            state = (self.start_t, self.ctx_start_t, self.block_ids, self.result)
+            state = (self.start_t, self.ctx_start_t, self.block_ids, self.result, self.sampler.row)
             saved = [t.clone() for t in state]
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -198,7 +212,8 @@ class Engine:
 
     # ----------------------------------------------------------------------------------------------
 
-    def _check_request(self, prompt, max_new_tokens, stop_ids, block_size, num_splits):
+    def _check_request(self, prompt, max_new_tokens, stop_ids, block_size, num_splits, temperature=0.0,
+                       top_k=None, top_p=None, seed=None):
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise RequestError("this checkpoint has no tokenizer.json: pass the prompt as a list of token ids")
@@ -226,8 +241,9 @@ class Engine:
             raise RequestError(f"block_size must be in {what}, got {block_size!r}")
         if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
             raise ConfigError(f"num_splits must be an integer ≥ 1, got {num_splits!r}")
+        params = sampling.check_params(temperature, top_k, top_p, seed)
         stop = set(self.eos_token_ids if stop_ids is None else stop_ids)
-        return ids, block_size, stop
+        return ids, block_size, stop, params
 
     def memory_plan(self, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None) -> memory.MemoryPlan:
         """Weights, KV caches and peak activations in bytes for a request; with a budget, the longest prompt that fits."""
@@ -247,6 +263,10 @@ class Engine:
     @torch.inference_mode()
     def prefill(self, ids: list[int], draft: bool = True) -> torch.Tensor:
         """Run the prompt through the target in chunks (and the drafter's context with it); the first token."""
+        return self._prefill(ids, draft).argmax(dim=-1)
+
+    def _prefill(self, ids: list[int], draft: bool) -> torch.Tensor:
+        """prefill's work; the logits [1, vocab] at the last prompt position."""
         target, chunk = self.target, self.prefill_chunk
         drafter = self.drafter if draft else None
         tokens = torch.tensor(ids, dtype=torch.int64, device=self.device)
@@ -263,37 +283,46 @@ class Engine:
                 if drafter:
                     drafter.append_context(taps, positions, self.draft_cache)
             last = target.final_norm(h[-1:], residual[-1:])
-            return target.logits(last).argmax(dim=-1)
+            return target.logits(last)
 
     @torch.inference_mode()
     def prompt_logits(self, prompt) -> torch.Tensor:
         """Logits at every prompt position [T, vocab], one prefill: for comparisons, not for serving."""
-        ids, _, _ = self._check_request(prompt, 1, None, None, None)
+        ids, _, _, _ = self._check_request(prompt, 1, None, None, None)
         self._ensure_caches(len(ids) + 2 * self.block_max)
         tokens = torch.tensor(ids, dtype=torch.int64, device=self.device)
         positions = torch.arange(len(ids), dtype=torch.int64, device=self.device)
         h, residual = self.target.forward(tokens, positions, self.cache, AttentionContext(len(ids), None))
         return self.target.logits(self.target.final_norm(h, residual)).float()
 
-    def step_shape(self, size: int, max_length: int, num_splits: int | None, forced: bool) -> StepShape:
+    def step_shape(self, size: int, max_length: int, num_splits: int | None, forced: bool, sample: bool = False,
+                   filtered: bool = False) -> StepShape:
         """The shape of a step of `size` tokens in a request whose tokens end at `max_length`."""
         if num_splits is None:
             num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
         if not self.exact:
-            return StepShape(size, num_splits, 0, forced)
-        return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced)
+            return StepShape(size, num_splits, 0, forced, sample, filtered)
+        return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced,
+                         sample, filtered)
 
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, stop_ids=None, block_size: int | None = None,
                  eager: bool = False, accept_profile=None, num_splits: int | None = None,
-                 exact: bool | None = None) -> Generation:
+                 exact: bool | None = None, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None) -> Generation:
+        """temperature 0 decodes greedily; above 0 it samples from the target's distribution at that
+        temperature, filtered by top_k / top_p as vLLM does (DFlash stays lossless in distribution).
+        seed: the same seed gives the same tokens on the same device and revision (None: a fresh one,
+        recorded in the stats). accept_profile forces acceptance counts: the costs are real, the tokens not."""
         if exact is not None and exact != self.exact:
             default, self.exact = self.exact, exact
             try:
-                return self.generate(prompt, max_new_tokens, stop_ids, block_size, eager, accept_profile, num_splits)
+                return self.generate(prompt, max_new_tokens, stop_ids, block_size, eager, accept_profile, num_splits,
+                                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
             finally:
                 self.exact = default
-        ids, block, stop = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits)
+        ids, block, stop, params = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits,
+                                                       temperature, top_k, top_p, seed)
         n_prompt = len(ids)
         memory.check_budget(self, n_prompt, max_new_tokens)  # before anything is allocated
         max_length = n_prompt + max_new_tokens
@@ -302,11 +331,17 @@ class Engine:
         forced = accept_profile is not None
         schedule = accept_schedule(accept_profile) if forced else None
         pipelined = self.backend == "triton"  # the torch backend reads the host's KV length
-        stats = GenerationStats(prompt_tokens=n_prompt, block_size=block, exact=self.exact)
+        sample, filtered = not params.greedy, params.filtered(self.config.vocab_size)
+        seed = params.seed if params.seed is not None or not sample else sampling.random_seed()
+        stats = GenerationStats(prompt_tokens=n_prompt, block_size=block, exact=self.exact,
+                                temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
+        if sample and self.sampler.start(params, seed, max_new_tokens + 1, self.config.vocab_size):
+            self._graphs.clear()
 
         self._sync()
         t0 = time.perf_counter()
-        first = self.prefill(ids, draft=block > 1)
+        logits = self._prefill(ids, draft=block > 1)
+        first = self._sample(logits, self.block_ids[1:1], filtered)[1] if sample else logits.argmax(dim=-1)
         self.block_ids[:1].copy_(first)
         self.start_t.fill_(n_prompt)
         self.ctx_start_t.fill_(n_prompt)
@@ -317,7 +352,8 @@ class Engine:
         def launch(size: int, host_start: int) -> StepInFlight:
             if forced:
                 self.forced_accept.fill_(next(schedule) - 1)
-            return self._launch(self.step_shape(size, max_length, num_splits, forced), host_start, use_graphs)
+            shape = self.step_shape(size, max_length, num_splits, forced, sample, filtered)
+            return self._launch(shape, host_start, use_graphs)
 
         read, pending = [], deque()
         start = n_prompt                # the host's view of the anchor's position
@@ -337,6 +373,7 @@ class Engine:
                     launched_to += block
                 tic = time.perf_counter()
                 committed, stopped, cut = self._read(step, start, max_length, stop)
+                stats.count_drafts(step.size, int(step.result[0]))
                 out += committed
                 start += len(committed)
                 stats.tokens_per_step.append(len(committed))
