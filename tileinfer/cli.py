@@ -11,7 +11,8 @@ def _generate(args) -> int:
     engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights, device=args.device,
                             backend=args.backend)
     prompt = [int(t) for t in args.prompt.split(",")] if args.ids else args.prompt
-    out = engine.generate(prompt, args.max_new_tokens, block_size=args.block_size, eager=args.eager)
+    out = engine.generate(prompt, args.max_new_tokens, block_size=args.block_size, eager=args.eager,
+                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     s = out.stats
     if out.text is not None:
         print(out.text)
@@ -31,7 +32,7 @@ def main(argv=None, commands=None) -> int:
     commands = commands or {}
     parser = argparse.ArgumentParser(prog="tileinfer", description="Qwen3 + DFlash inference on Triton kernels")
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="greedy generation from a prompt")
+    gen = sub.add_parser("generate", help="generation from a prompt (greedy unless --temperature > 0)")
     gen.add_argument("model", nargs="?", default=None, help="checkpoint directory or cached hub id (default: the embedded pair)")
     gen.add_argument("prompt", help="prompt text (or comma-separated token ids with --ids)")
     gen.add_argument("--draft", default=None, help="DFlash drafter checkpoint")
@@ -42,6 +43,10 @@ def main(argv=None, commands=None) -> int:
     gen.add_argument("--backend", default=None, choices=["triton", "torch"])
     gen.add_argument("--eager", action="store_true", help="no CUDA graphs")
     gen.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; > 0: sampling")
+    gen.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    gen.add_argument("--top-p", type=float, default=None, help="sample within the top tokens of mass p")
+    gen.add_argument("--seed", type=int, default=None, help="the same seed repeats a sampled run")
     for name, (help_text, _) in commands.items():
         sub.add_parser(name, help=help_text, add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
