@@ -47,6 +47,11 @@ class Target:
                                                     self.filtered)[0]
         return self._logp[prefix]
 
+    def prefetch(self, sequence) -> None:
+        """Rows after every prefix of `sequence`, in one prefill when the logits come from an engine."""
+        if hasattr(self.logits, "fill"):
+            self.logits.fill(tuple(sequence))
+
     def probs(self, prefix) -> torch.Tensor:
         prefix = tuple(prefix)
         if prefix not in self._probs:
@@ -79,7 +84,8 @@ def runner_up(probs):
 def simulate(target, drafter, block, max_new, u, depth=None, step=sampling.speculative_sample):
     """Tokens of len(u) requests (u: [runs, rows, lanes], each run's uniform table), stopping a run at
     `depth` tokens (default: max_new); rows after a prefix of `depth` tokens or more only decide tokens
-    past it, so they are filled with any row. Returns (tokens per run, accepted drafts per step per run)."""
+    past it, so they are filled with any row. Returns the tokens of each run, and per run and step the
+    drafts accepted and the tokens committed."""
     depth = depth or max_new
     runs = u.shape[0]
     pad = target.logp(())
@@ -87,11 +93,12 @@ def simulate(target, drafter, block, max_new, u, depth=None, step=sampling.specu
     _, tokens = step(first, torch.zeros(runs, 0, dtype=torch.int64), u[:, 0])
     out = [[t] for t in tokens[:, 0].tolist()]
     accepted_log = [[] for _ in range(runs)]
+    committed_log = [[] for _ in range(runs)]
     k = 1
     while True:
         active = [i for i in range(runs) if len(out[i]) < min(depth, max_new)]
         if not active:
-            return [o[:depth] for o in out], accepted_log
+            return [o[:depth] for o in out], accepted_log, committed_log
         groups = {}
         for i in active:
             groups.setdefault(min(block, max_new - len(out[i]) + 1), []).append(i)
@@ -104,13 +111,16 @@ def simulate(target, drafter, block, max_new, u, depth=None, step=sampling.specu
             rows = []
             for i, d in zip(idx, drafts):
                 path = tuple(out[i]) + d
+                target.prefetch(path[:depth - 1])
                 rows += [target.logp(path[:len(out[i]) + j]) if len(out[i]) + j < depth else pad for j in range(n)]
             logp = torch.stack(rows).view(len(idx), n, -1)
             drafts_t = torch.tensor(drafts, dtype=torch.int64).view(len(idx), n - 1)
             a, tok = step(logp, drafts_t, u[idx, k]) if q is None else step(logp, drafts_t, u[idx, k], q)
             for i, ai, ti in zip(idx, a[:, 0].tolist(), tok.tolist()):
-                out[i] += ti[:min(ai + 1, max_new - len(out[i]))]
+                produced = min(ai + 1, max_new - len(out[i]))
+                out[i] += ti[:produced]
                 accepted_log[i].append(ai)
+                committed_log[i].append(produced)
         k += 1
 
 

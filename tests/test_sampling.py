@@ -145,7 +145,7 @@ def test_speculative_sampling_with_any_drafter_is_lossless(block, drafter, top_k
     else:
         draft = SampledDrafts(q_rows(drafter, target), seed=block)
     runs = RUNS // 2
-    out, accepted = simulate(target, draft, block, 4, batch_tables(block, runs, 8, LANES))
+    out, accepted, _ = simulate(target, draft, block, 4, batch_tables(block, runs, 8, LANES))
     for depth in (2, 4):
         result = check(out, target.probs, depth)
         assert result.unlisted == 0, "tokens of probability 0 were drawn"
@@ -189,7 +189,7 @@ def test_tiny_model_first_tokens_follow_the_target(tiny, name):
     logits, other = tiny
     target = Target(logits, t, k, p)
     draft = drafter_for(drafter, target, other, t, k, p)
-    out, accepted = simulate(target, draft, block, max_new, batch_tables(len(name), RUNS, 8, LANES), depth=4)
+    out, accepted, _ = simulate(target, draft, block, max_new, batch_tables(len(name), RUNS, 8, LANES), depth=4)
     for depth in (2, 4):
         result = check(out, target.probs, depth)
         assert result.unlisted == 0, "tokens of probability 0 were drawn"
@@ -226,9 +226,9 @@ def test_biased_samplers_are_rejected(tiny):
     logits, _ = tiny
     target = Target(logits, 1.0)
     u = batch_tables(99, RUNS, 8, LANES)
-    out, _ = simulate(ShiftedFirstToken(logits, 1.0), None, 1, 4, u)
+    out, _, _ = simulate(ShiftedFirstToken(logits, 1.0), None, 1, 4, u)
     for depth in (2, 4):
         assert check(out, target.probs, depth).p_value < ALPHA, depth
-    out, _ = simulate(target, chain(target, runner_up, depth=4), 4, 4, u, step=resample_from_p)
+    out, _, _ = simulate(target, chain(target, runner_up, depth=4), 4, 4, u, step=resample_from_p)
     for depth in (2, 4):
         assert check(out, target.probs, depth).p_value < ALPHA, depth
