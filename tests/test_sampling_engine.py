@@ -195,6 +195,7 @@ def test_graph_replays_sample_what_eager_steps_sample(paths, block):
         graphs = gpu.generate(PROMPT, 40, **kw)
         assert graphs.tokens == gpu.generate(PROMPT, 40, eager=True, **kw).tokens
         assert graphs.tokens == gpu.generate(PROMPT, 40, **kw).tokens
-    captured = len(gpu._graphs)
-    gpu.generate(PROMPT, 40, stop_ids=[], block_size=block, temperature=0.3, seed=1)
-    assert len(gpu._graphs) == captured
+    if block == 1:  # one step shape: another temperature replays the same graphs
+        captured = len(gpu._graphs)
+        gpu.generate(PROMPT, 40, stop_ids=[], block_size=block, temperature=0.3, seed=1)
+        assert len(gpu._graphs) == captured
