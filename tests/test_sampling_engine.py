@@ -199,3 +199,16 @@ def test_graph_replays_sample_what_eager_steps_sample(paths, block):
         captured = len(gpu._graphs)
         gpu.generate(PROMPT, 40, stop_ids=[], block_size=block, temperature=0.3, seed=1)
         assert len(gpu._graphs) == captured
+
+
+def test_temperature_runs_give_tokens_per_step_and_acceptance_curves(engine):
+    from tileinfer_profiling.acceptance import acceptance_curves, acceptance_runs, temperature_runs
+
+    runs = temperature_runs(engine, tasks=("edit",), new_tokens=12, seeds=2)
+    assert runs["temperature"].tolist() == [0.0, 0.6, 1.0] and runs["seeds"].tolist() == [1, 2, 2]
+    greedy = acceptance_runs(engine, tasks=("edit",), new_tokens=12)
+    assert runs["mean_tokens_per_step"][0] == greedy["mean_tokens_per_step"][0]
+    curves = acceptance_curves(runs)
+    assert len(curves) == sum(map(len, runs["acceptance_per_position"]))
+    assert curves.groupby("temperature")["position"].min().tolist() == [1, 1, 1]
+    assert curves["acceptance"].between(0, 1).all()

@@ -1,4 +1,5 @@
-"""Tokens per DFlash step on the benchmark prompts, and the acceptance a random-weight pair replays."""
+"""Tokens per DFlash step on the benchmark prompts (greedy and sampled), and the acceptance a
+random-weight pair replays."""
 
 import pandas as pd
 
@@ -18,6 +19,43 @@ def acceptance_runs(engine, tasks=("edit", "explain"), points=("1k",), new_token
                          "decode_tok_s": s.decode_tok_s, "tokens_per_step": list(s.tokens_per_step)})
     return pd.DataFrame(rows, columns=["point", "task", "prompt_tokens", "new_tokens", "steps", "mean_tokens_per_step",
                                        "decode_tok_s", "tokens_per_step"])
+
+
+TEMPERATURES = (0.0, 0.6, 1.0)
+
+
+def temperature_runs(engine, tasks=("edit", "explain"), points=("1k",), new_tokens=128, temperatures=TEMPERATURES,
+                     seed=0, seeds=1, top_k=None, top_p=None):
+    """DFlash generations per point × task × temperature (0: greedy, once; above: speculative sampling with
+    `seeds` seeds from `seed`, pooled): tokens per step and how often each draft position is accepted.
+    One row per point, task and temperature; acceptance_curves() gives the curves in long form."""
+    rows = []
+    for point in points:
+        for task in tasks:
+            prompt = benchmark_prompt(engine, task, point, new_tokens)
+            for temperature in temperatures:
+                runs = [engine.generate(prompt, new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                        seed=seed + i).stats for i in range(1 if temperature == 0 else seeds)]
+                steps = sum(s.steps for s in runs)
+                offered = [sum(c) for c in zip(*(s.drafts_offered for s in runs))]
+                accepted = [sum(c) for c in zip(*(s.drafts_accepted for s in runs))]
+                rows.append({"point": point, "task": task, "temperature": temperature, "top_k": top_k,
+                             "top_p": top_p, "seeds": len(runs), "prompt_tokens": runs[0].prompt_tokens,
+                             "new_tokens": sum(s.new_tokens for s in runs), "steps": steps,
+                             "mean_tokens_per_step": sum(sum(s.tokens_per_step) for s in runs) / max(steps, 1),
+                             "decode_tok_s": sum(s.decode_tok_s for s in runs) / len(runs),
+                             "acceptance_per_position": [a / o if o else 0.0 for a, o in zip(accepted, offered)]})
+    return pd.DataFrame(rows, columns=["point", "task", "temperature", "top_k", "top_p", "seeds", "prompt_tokens",
+                                       "new_tokens", "steps", "mean_tokens_per_step", "decode_tok_s",
+                                       "acceptance_per_position"])
+
+
+def acceptance_curves(runs: pd.DataFrame) -> pd.DataFrame:
+    """temperature_runs() in long form: one row per draft position (1 … block - 1) with its acceptance."""
+    long = runs.explode("acceptance_per_position", ignore_index=True).dropna(subset=["acceptance_per_position"])
+    long["position"] = long.groupby(["point", "task", "temperature"]).cumcount() + 1
+    long = long.rename(columns={"acceptance_per_position": "acceptance"}).astype({"acceptance": float})
+    return long[["point", "task", "temperature", "position", "acceptance", "mean_tokens_per_step"]]
 
 
 def default_accept_profile(pair, reference, accept_profile=None, point="1k", task="edit"):
