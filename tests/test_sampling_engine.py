@@ -202,12 +202,13 @@ def test_graph_replays_sample_what_eager_steps_sample(paths, block):
 
 
 def test_temperature_runs_give_tokens_per_step_and_acceptance_curves(engine):
-    from tileinfer_profiling.acceptance import acceptance_curves, acceptance_runs, temperature_runs
+    from tileinfer_profiling.acceptance import acceptance_curves, temperature_runs
+    from tileinfer_profiling.engine_prompts import benchmark_prompt
 
     runs = temperature_runs(engine, tasks=("edit",), new_tokens=12, seeds=2)
     assert runs["temperature"].tolist() == [0.0, 0.6, 1.0] and runs["seeds"].tolist() == [1, 2, 2]
-    greedy = acceptance_runs(engine, tasks=("edit",), new_tokens=12)
-    assert runs["mean_tokens_per_step"][0] == greedy["mean_tokens_per_step"][0]
+    greedy = engine.generate(benchmark_prompt(engine, "edit", "1k", 12), 12).stats
+    assert runs["mean_tokens_per_step"][0] == greedy.mean_tokens_per_step
     curves = acceptance_curves(runs)
     assert len(curves) == sum(map(len, runs["acceptance_per_position"]))
     assert curves.groupby("temperature")["position"].min().tolist() == [1, 1, 1]
