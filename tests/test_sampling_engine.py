@@ -213,3 +213,22 @@ def test_temperature_runs_give_tokens_per_step_and_acceptance_curves(engine):
     assert len(curves) == sum(map(len, runs["acceptance_per_position"]))
     assert curves.groupby("temperature")["position"].min().tolist() == [1, 1, 1]
     assert curves["acceptance"].between(0, 1).all()
+
+
+@pytest.mark.slow
+def test_sampling_bench_smoke(tmp_path, capsys):
+    """bench/sampling_bench.py end to end at tiny sizes (its GPU run is the real one)."""
+    import pandas as pd
+
+    from bench import sampling_bench
+
+    sampling_bench.main(["--smoke", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+    out = capsys.readouterr().out
+    assert "tokens per step" in out.splitlines()[-3]
+    for part in ("distribution", "cost", "acceptance"):
+        df = pd.read_csv(tmp_path / f"sampling_{part}_cpu.csv")
+        assert len(df) and {"gpu", "torch", "triton", "git_rev", "command", "weights_kind"} <= set(df.columns)
+    cost = pd.read_csv(tmp_path / "sampling_cost_cpu.csv")
+    assert set(cost["sampling"]) == set(sampling_bench.MODES) and (cost["step_ms"] > 0).all()
+    temps = pd.read_csv(tmp_path / "sampling_acceptance_cpu.csv")
+    assert sorted(set(temps["temperature"])) == [0.0, 0.6, 1.0]

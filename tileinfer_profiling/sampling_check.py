@@ -18,11 +18,9 @@ def reference_probs(logits: torch.Tensor, temperature: float, top_k=None, top_p=
         keep &= x >= x.sort(descending=True).values[top_k - 1]
     probs = torch.softmax(x.masked_fill(~keep, -math.inf), dim=-1)
     if top_p is not None:
-        before = 0.0
-        for i in probs.argsort(descending=True).tolist():
-            if before >= top_p:
-                keep[i] = False
-            before += probs[i].item()
+        order = probs.argsort(descending=True)
+        before = probs[order].cumsum(0) - probs[order]  # the mass of the more likely tokens
+        keep[order[before >= top_p]] = False
         probs = torch.softmax(x.masked_fill(~keep, -math.inf), dim=-1)
     return probs
 

@@ -1,0 +1,169 @@
+"""Sampling on a GPU: speculative sampling lossless through CUDA graphs, its cost per step against
+greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
+
+    python bench/sampling_bench.py --out bench/results [--samples 20000] [--parts distribution,cost,acceptance]
+
+1. distribution: the embedded pair (FP32 weights, exact mode) samples the first tokens after a
+   benchmark snippet --samples times per configuration (graph replays), against the distribution
+   enumerated from its own logits (chi-square, p > 0.001 passes).
+2. cost: a step with sampling (and with top-k/top-p) against a greedy step, plain decoding and DFlash
+   with replayed acceptance, on a random-weight Qwen3-4B checkpoint (bench/ref/tileinfer_spec.py's).
+3. acceptance: tokens per step and acceptance per draft position of the embedded pair on the
+   benchmark prompts at T = 0, 0.6, 1.0 (tileinfer_profiling.acceptance.temperature_runs).
+
+Writes sampling_{distribution,cost,acceptance}_<gpu>.csv. --smoke: a few samples on the tiny preset,
+to check the script on a CPU.
+"""
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tileinfer  # noqa: E402
+from bench.engine_bench import POINTS, checkpoints, replayed, timed  # noqa: E402
+from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
+from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer_profiling.acceptance import TEMPERATURES, temperature_runs  # noqa: E402
+from tileinfer_profiling.engine_prompts import benchmark_prompt, points_that_fit  # noqa: E402
+from tileinfer_profiling.prompts import POINTS as PROMPT_POINTS  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
+from tileinfer_profiling.sampling_check import Conditionals, chi_square, exact_distribution, reference_probs  # noqa: E402
+
+# name: block, temperature, top_k, top_p, new tokens (DFlash blocks of 16 verified through their graphs),
+# share of --samples
+DISTRIBUTIONS = {
+    "dflash-16": (16, 1.0, None, None, 16, 1.0),
+    "plain-filtered": (1, 0.7, 40, 0.9, 4, 0.5),
+}
+MODES = {"greedy": {}, "T=1": {"temperature": 1.0}, "T=1, top-k 50, top-p 0.95": {"temperature": 1.0, "top_k": 50,
+                                                                                   "top_p": 0.95}}
+MIN_EXPECTED = 50
+
+
+def distribution(total, prompt_tokens):
+    engine = tileinfer.load(weights="fp32")
+    prompt = benchmark_prompt(engine, "edit", "1k")[-prompt_tokens:]
+    logits = Conditionals(engine, prompt)
+    rows = []
+    for name, (block, t, k, p, new_tokens, share) in DISTRIBUTIONS.items():
+        samples = max(1, round(total * share))
+        tic = time.perf_counter()
+        runs = [engine.generate(prompt, new_tokens, stop_ids=[], block_size=block, temperature=t, top_k=k, top_p=p,
+                                seed=seed) for seed in range(samples)]
+        sample_s = time.perf_counter() - tic
+        tokens = [tuple(r.tokens) for r in runs]
+        steps = sum(r.stats.steps for r in runs)
+        for depth in (2, 4):
+            exact = exact_distribution(lambda prefix: reference_probs(logits(prefix), t, k, p), depth,
+                                       floor=MIN_EXPECTED / samples)
+            result = chi_square([s[:depth] for s in tokens], exact, MIN_EXPECTED)
+            rows.append(dict(config=name, block=block, temperature=t, top_k=k, top_p=p, new_tokens=new_tokens,
+                             first_tokens=depth, samples=samples, chi2=round(result.stat, 2), dof=result.dof,
+                             p_value=result.p_value, passed=result.p_value > 1e-3 and result.unlisted == 0,
+                             cells=result.cells, zero_probability_samples=result.unlisted,
+                             tokens_per_step=round(sum(len(s) - 1 for s in tokens) / max(steps, 1), 3),
+                             graphs=engine.is_cuda and engine.backend == "triton",
+                             sample_ms=round(sample_s / samples * 1e3, 3)))
+            print({k: rows[-1][k] for k in ("config", "first_tokens", "chi2", "dof", "p_value", "passed")}, flush=True)
+    return rows, "embedded (fp32)"
+
+
+def cost(preset, root, point, new_tokens, repeats):
+    target, drafter = checkpoints(preset, Path(root))
+    engine = tileinfer.load(target, draft=drafter, weights="bf16")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, engine.config.vocab_size, (POINTS[point],), generator=g).tolist()
+    rows = []
+    for what, kw in (("plain decode", {"block_size": 1}), (f"dflash step, replay:{replayed(point)[0]}",
+                                                           {"accept_profile": replayed(point)[0]})):
+        greedy = None
+        for mode, sampling in MODES.items():
+            r = timed(engine, ids, new_tokens, repeats, **kw, **sampling)
+            greedy = greedy or r["step_ms"]
+            rows.append(dict(what=what, sampling=mode, point=point, step_ms=r["step_ms"],
+                             verify_ms=r["verify_ms"], drafter_ms=r["drafter_ms"], tokens_per_step=r["tokens_per_step"],
+                             decode_tok_s=r["decode_tok_s"], cost_vs_greedy=r["step_ms"] / greedy - 1))
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+    del engine
+    gc.collect()
+    return rows, f"random ({preset})"
+
+
+def acceptance(points, seeds, new_tokens=None):
+    engine = tileinfer.load()
+    rows = []
+    for point in points:
+        n = new_tokens or PROMPT_POINTS[point].new_tokens
+        if not points_that_fit(engine, [point], n):
+            continue
+        runs = temperature_runs(engine, ("edit", "explain"), (point,), n, TEMPERATURES, seeds=seeds)
+        for r in runs.to_dict("records"):
+            r["acceptance_per_position"] = " ".join(f"{a:.3f}" for a in r["acceptance_per_position"])
+            rows.append(r)
+            print({k: r[k] for k in ("point", "task", "temperature", "mean_tokens_per_step")}, flush=True)
+    return rows, "embedded (bf16)"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--parts", default="distribution,cost,acceptance")
+    parser.add_argument("--samples", type=int, default=20_000,
+                        help="runs of the DFlash distribution check (half as many for plain decoding)")
+    parser.add_argument("--preset", default="qwen3-4b", help="random checkpoint timed in the cost part")
+    parser.add_argument("--point", default="1k", help="prompt length of the cost part")
+    parser.add_argument("--points", default="1k,8k", help="benchmark prompts of the acceptance part")
+    parser.add_argument("--seeds", type=int, default=4, help="sampled runs pooled per temperature")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the script on a CPU")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.samples, args.preset, args.point, args.points, args.seeds, args.repeats = 8, "tiny", "tiny", "1k", 1, 1
+    env = environment(measure_bandwidth=False)
+    base = {k: env[k] for k in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    parts, tables = args.parts.split(","), {}
+    t0 = time.perf_counter()
+    if "distribution" in parts:
+        tables["distribution"] = distribution(args.samples, 16 if args.smoke else 64)
+    if "cost" in parts:
+        tables["cost"] = cost(args.preset, args.root, args.point, 16 if args.smoke else 128, args.repeats)
+    if "acceptance" in parts:
+        tables["acceptance"] = acceptance(args.points.split(","), args.seeds, 8 if args.smoke else None)
+    for part, (rows, kind) in tables.items():
+        path = write_rows([r | base | {"weights_kind": kind} for r in rows],
+                          out / f"sampling_{part}_{gpu_tag(env['gpu'])}.csv", last=(*base, "weights_kind"))
+        print(f"rows in {path}")
+    print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}; "
+          f"{time.perf_counter() - t0:.0f} s")
+    summary(tables)
+
+
+def summary(tables):
+    if "distribution" in tables:
+        print(f"\n{'distribution':18} {'tokens':>6} {'samples':>8} {'chi2':>9} {'dof':>5} {'p':>8} {'tok/step':>8}  ok")
+        for r in tables["distribution"][0]:
+            print(f"{r['config']:18} {r['first_tokens']:6} {r['samples']:8} {r['chi2']:9.1f} {r['dof']:5} "
+                  f"{r['p_value']:8.4f} {r['tokens_per_step']:8.2f}  {r['passed']}")
+    if "cost" in tables:
+        print(f"\n{'step cost':34} {'sampling':26} {'step ms':>8} {'vs greedy':>9}")
+        for r in tables["cost"][0]:
+            print(f"{r['what'][:34]:34} {r['sampling']:26} {r['step_ms']:8.3f} {100 * r['cost_vs_greedy']:8.1f}%")
+    if "acceptance" in tables:
+        print(f"\n{'tokens per step':18} " + " ".join(f"{'T=' + str(t):>7}" for t in TEMPERATURES))
+        rows = tables["acceptance"][0]
+        for point, task in dict.fromkeys((r["point"], r["task"]) for r in rows):
+            by_t = {r["temperature"]: r["mean_tokens_per_step"] for r in rows if (r["point"], r["task"]) == (point, task)}
+            print(f"{point + ' ' + task:18} " + " ".join(f"{by_t.get(t, float('nan')):7.2f}" for t in TEMPERATURES))
+
+
+if __name__ == "__main__":
+    main()
