@@ -131,8 +131,9 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 
 
 def log_probs(logits: torch.Tensor, temperature, top_k, top_p, filtered: bool) -> torch.Tensor:
-    """Log-probabilities [..., V] (float32) of the filtered distribution; -inf where filtered out."""
-    scaled = logits.float() / temperature
+    """Log-probabilities [..., V] (float32) of the filtered distribution; -inf where filtered out.
+    temperature: a float32 [1] tensor (BF16 logits are promoted: one kernel divides in float32)."""
+    scaled = logits / temperature
     if filtered:
         scaled = filter_logits(scaled, top_k, top_p)
     return scaled.log_softmax(dim=-1)
@@ -178,7 +179,7 @@ def speculative_sample(logp: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor
     rejected = accepted < n - 1
     if draft_probs is None:
         x = padded.gather(-1, accepted)
-        probs = probs.scatter(-1, x, torch.where(rejected, 0.0, probs.gather(-1, x)))
+        probs.scatter_(-1, x, torch.where(rejected, 0.0, probs.gather(-1, x)))
     else:
         q_rows = torch.cat([draft_probs.double(), torch.zeros_like(probs).unsqueeze(-2)], dim=-2)
         q = q_rows.gather(-2, accepted.unsqueeze(-1).expand(*batch, 1, vocab)).squeeze(-2)
@@ -186,4 +187,4 @@ def speculative_sample(logp: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor
         # p == q leaves nothing (and is never rejected but for rounding): p itself then
         probs = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, probs)
     token = sample_from(probs, u[..., :1])
-    return accepted, padded.scatter(-1, accepted, token)
+    return accepted, padded.scatter_(-1, accepted, token)
