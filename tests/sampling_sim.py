@@ -7,6 +7,7 @@ shows the sampling math lossless over many requests, and (2) fed the engine's ow
 reproduce the engine's tokens seed for seed.
 """
 
+import pytest
 import torch
 
 from tileinfer import sampling
@@ -14,6 +15,15 @@ from tileinfer.random_weights import write_dflash_drafter, write_qwen3
 from tileinfer_profiling.sampling_check import reference_probs
 
 VOCAB = 16
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: a second thread only contends (ten times slower on a loaded two-core machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tiny_sampling_pair(root, seed=0):

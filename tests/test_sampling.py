@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import tileinfer
-from tests.sampling_sim import Target, batch_tables, chain, runner_up, simulate, tiny_sampling_pair
+from tests.sampling_sim import (Target, batch_tables, chain, one_thread, runner_up, simulate,  # noqa: F401
+                                tiny_sampling_pair)
 from tileinfer import sampling
 from tileinfer.errors import RequestError
 from tileinfer_profiling.sampling_check import (Conditionals, chi2_sf, chi_square, exact_distribution,
@@ -17,15 +18,6 @@ from tileinfer_profiling.sampling_check import (Conditionals, chi2_sf, chi_squar
 RUNS = 60_000      # per configuration: a 2 % shift of the first token is detected (test_biased_samplers_…)
 ALPHA = 1e-3
 LANES = 16
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a second thread only contends (ten times slower on a loaded two-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def check(samples, next_probs, depth, min_expected=50.0):

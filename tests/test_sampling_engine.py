@@ -6,20 +6,12 @@ import pytest
 import torch
 
 import tileinfer
-from tests.sampling_sim import Target, chain, simulate, tables, tiny_sampling_pair
+from tests.sampling_sim import Target, chain, one_thread, simulate, tables, tiny_sampling_pair  # noqa: F401
 from tileinfer.cli import main
 from tileinfer.errors import RequestError
 from tileinfer_profiling.sampling_check import Conditionals, chi_square, exact_distribution
 
 PROMPT = [3, 5]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
