@@ -3,8 +3,8 @@ greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
 
     python bench/sampling_bench.py --out bench/results [--samples 20000] [--parts distribution,cost,acceptance]
 
-1. distribution: the embedded pair (FP32 weights, exact mode) samples the first tokens after a
-   benchmark snippet --samples times per configuration (graph replays), against the distribution
+1. distribution: the embedded pair (FP32 weights, exact mode) samples the first tokens after an
+   explain prompt --samples times per configuration (graph replays), against the distribution
    enumerated from its own logits (chi-square, p > 0.001 passes).
 2. cost: a step with sampling (and with top-k/top-p) against a greedy step, plain decoding and DFlash
    with replayed acceptance, on a random-weight Qwen3-4B checkpoint (bench/ref/tileinfer_spec.py's).
@@ -39,7 +39,7 @@ from tileinfer_profiling.sampling_check import Conditionals, chi_square, exact_d
 # share of --samples
 DISTRIBUTIONS = {
     "dflash-16": (16, 1.0, None, None, 16, 1.0),
-    "plain-filtered": (1, 0.7, 40, 0.9, 4, 0.5),
+    "plain-filtered": (1, 1.0, 40, 0.98, 4, 0.5),
 }
 MODES = {"greedy": {}, "T=1": {"temperature": 1.0}, "T=1, top-k 50, top-p 0.95": {"temperature": 1.0, "top_k": 50,
                                                                                    "top_p": 0.95}}
@@ -48,7 +48,7 @@ MIN_EXPECTED = 50
 
 def distribution(total, prompt_tokens):
     engine = tileinfer.load(weights="fp32")
-    prompt = benchmark_prompt(engine, "edit", "1k")[-prompt_tokens:]
+    prompt = benchmark_prompt(engine, "explain", "1k")[-prompt_tokens:]  # free text follows: many likely tokens
     logits = Conditionals(engine, prompt)
     rows = []
     for name, (block, t, k, p, new_tokens, share) in DISTRIBUTIONS.items():
