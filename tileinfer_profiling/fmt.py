@@ -12,6 +12,8 @@ NA = "—"
 
 
 def _missing(x):
+    if isinstance(x, str) and not x.strip():
+        return True
     try:
         return x is None or math.isnan(float(x))
     except (TypeError, ValueError):
@@ -29,6 +31,12 @@ def sig(x, digits=3):
     decimals = max(0, digits - 1 - magnitude)
     text = f"{x:,.{decimals}f}"
     return "0" if text in ("-0", "-0.0") else text
+
+
+def num(x, digits=3):
+    """`sig` without trailing zeros, for prose: 9.80 -> "9.8", 16.0 -> "16"."""
+    text = sig(x, digits)
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def integer(x):

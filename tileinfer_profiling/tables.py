@@ -64,6 +64,13 @@ class Table:
         return self.html
 
 
+def _cell(formatter, value):
+    try:
+        return formatter(value)
+    except (TypeError, ValueError):  # text in a numeric column ("-", a note): shown as it is
+        return str(value)
+
+
 def formatted(df, formats=None, labels=None, index=False):
     """The cells of `df` as text (`formats`: {column: callable}), headers from `labels` or the names."""
     formats, labels = formats or {}, labels or {}
@@ -71,7 +78,7 @@ def formatted(df, formats=None, labels=None, index=False):
     out = pd.DataFrame(index=range(len(df)))
     for col in df.columns:
         formatter = formats.get(col) or column_kind(col)[1]
-        out[labels.get(col, label(col))] = [formatter(v) for v in df[col].tolist()]
+        out[labels.get(col, label(col))] = [_cell(formatter, v) for v in df[col].tolist()]
     return out
 
 
@@ -92,3 +99,19 @@ def table(df, caption=None, formats=None, labels=None, index=False, max_height=4
     if note:
         parts.append(f'<p class="ti-note"><em>{html.escape(note)}</em></p>')
     return Table(frame, "\n".join(parts))
+
+
+def stack(*tables):
+    """Several `Table`s shown one after another (the first's frame kept for inspection)."""
+    tables = [t for t in tables if t is not None]
+    return Table(tables[0].frame if tables else pd.DataFrame(), "\n".join(t.html for t in tables))
+
+
+def split(df, keys, groups, captions, **kwargs):
+    """A wide table as several narrower ones: each shows `keys` then one list of `groups`, under its caption."""
+    parts = []
+    for cols, caption in zip(groups, captions):
+        cols = [c for c in cols if c in df.columns]
+        if cols:
+            parts.append(table(df[[k for k in keys if k in df.columns] + cols], caption=caption, **kwargs))
+    return stack(*parts)
