@@ -1,5 +1,6 @@
 """Numbers as a reader wants them: three significant digits, thousands separated, integers as integers,
-fractions as percentages, times in the unit that keeps them short.
+fractions as percentages, times in the unit that keeps them short. `sig` keeps trailing zeros (a table's
+column); the formatters with a unit drop them (prose).
 
     fmt.ms(3456.759541)   -> "3,457 ms"
     fmt.pct(0.2810)       -> "28.1 %"
@@ -50,12 +51,12 @@ def pct(fraction, digits=3):
     """A fraction as a percentage: 0.281 -> "28.1 %"."""
     if _missing(fraction):
         return NA
-    return f"{sig(100 * float(fraction), digits)} %"
+    return f"{num(100 * float(fraction), digits)} %"
 
 
 def times(x):
     """A ratio: 1.357 -> "1.36×"."""
-    return NA if _missing(x) else f"{sig(x)}×"
+    return NA if _missing(x) else f"{num(x)}×"
 
 
 def ms(x):
@@ -64,29 +65,29 @@ def ms(x):
         return NA
     x = float(x)
     if abs(x) >= 10_000:
-        return f"{sig(x / 1e3)} s"
+        return f"{num(x / 1e3)} s"
     if 0 < abs(x) < 1:
-        return f"{sig(x * 1e3)} µs"
-    return f"{sig(x)} ms"
+        return f"{num(x * 1e3)} µs"
+    return f"{num(x)} ms"
 
 
 def us(x):
     """Microseconds: 16.21 -> "16.2 µs"; at 1,000 µs and above in ms."""
     if _missing(x):
         return NA
-    return ms(float(x) / 1e3) if abs(float(x)) >= 1000 else f"{sig(x)} µs"
+    return ms(float(x) / 1e3) if abs(float(x)) >= 1000 else f"{num(x)} µs"
 
 
 def rate(tok_s):
     """Tokens per second: 1755.6 -> "1,756 tok/s"."""
-    return NA if _missing(tok_s) else f"{sig(tok_s)} tok/s"
+    return NA if _missing(tok_s) else f"{num(tok_s)} tok/s"
 
 
 def bandwidth(gbs):
     """GB/s: 3276.8 -> "3.28 TB/s"; 282.9 -> "283 GB/s"."""
     if _missing(gbs):
         return NA
-    return f"{sig(float(gbs) / 1e3)} TB/s" if abs(float(gbs)) >= 1000 else f"{sig(gbs)} GB/s"
+    return f"{num(float(gbs) / 1e3)} TB/s" if abs(float(gbs)) >= 1000 else f"{num(gbs)} GB/s"
 
 
 def nbytes(n):
@@ -96,7 +97,7 @@ def nbytes(n):
     n = float(n)
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= scale:
-            return f"{sig(n / scale)} {unit}"
+            return f"{num(n / scale)} {unit}"
     return f"{integer(n)} B"
 
 

@@ -25,7 +25,7 @@ def report_summary(pair=None, generation=None, sweep=None, prof=None, runs=None,
             name = _MODE_NAMES.get(mode, mode)
             rows.append((f"{name}: decode speed", fmt.rate(r["decode_tok_s"])))
             if r["block_size"] > 1:
-                replayed = f" (replayed {fmt.sig(accept_profile)})" if accept_profile else ""
+                replayed = f" (replayed {fmt.num(accept_profile)})" if accept_profile else ""
                 rows.append((f"{name}: tokens per step{replayed}", fmt.sig(r["mean_tokens_per_step"])))
     if sweep is not None and len(sweep):
         best = best_splits(sweep).iloc[-1]
