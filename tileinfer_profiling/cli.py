@@ -125,6 +125,10 @@ def _step(args):
                             backend=args.backend, **extra)
     prompt = _prompt_ids(args, engine.config.vocab_size)
     block_size = args.block_size or (16 if engine.drafter is not None else 1)
+    runs = 1 + (not args.no_graphs and engine.device.type == "cuda")
+    print(f"profiling {args.new_tokens} tokens after a {len(prompt)}-token prompt, block {block_size}: "
+          f"{args.warmup} untimed warm-up and one traced run, {runs} time(s) (eager, then CUDA graphs) …",
+          file=sys.stderr, flush=True)
     prof = profile_step(engine, prompt, block_size=block_size, max_new_tokens=args.new_tokens,
                         warmup=args.warmup, graphs=False if args.no_graphs else None,
                         accept_profile=_accept_profile(args.accept_profile))
@@ -170,6 +174,8 @@ def _compiled(args):
     from tileinfer_profiling import plots
     from tileinfer_profiling.compiled import compile_cases
     from tileinfer_profiling.run_info import relative
+    print(f"compiling every launch site of a {args.preset} step for sm_{args.arch} in a worker process "
+          "(minutes on a CPU; nothing is printed until it ends) …", file=sys.stderr, flush=True)
     table, opcodes = compile_cases(args.preset, args.arch, args.gpu, args.num_sms, _strs(args.ops or ""))
     ops = f" --ops '{args.ops}'" if args.ops else ""
     table["command"] = (f"tileinfer profile compiled --preset {args.preset} --arch {args.arch} --gpu '{args.gpu}'"
