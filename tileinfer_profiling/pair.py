@@ -1,17 +1,19 @@
 """The model pair a notebook or report measures: checkpoints given by the caller, the embedded default
 pair, or, where that is not installed, a tiny random pair standing in (and saying so). On a GPU a
 report times a model a user would run: the given checkpoint, else a random-weight pair of Qwen3-4B's
-shapes, written once and cached (`report_pair`).
+shapes, written once and cached (`report_pair`) under ~/.cache/tileinfer/random ($TILEINFER_CACHE/random).
 
     engine, pair = load_engine(model=None, draft=None, weights="bf16")
     pair = report_pair(model=None, draft=None, shaped="qwen3-4b")   # what a GPU report times
 """
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-STAND_IN_DIR = Path.home() / ".cache" / "tileinfer" / "stand-in"
-RANDOM_DIR = Path.home() / ".cache" / "tileinfer" / "random"
+CACHE_DIR = Path(os.environ.get("TILEINFER_CACHE") or Path.home() / ".cache" / "tileinfer")
+STAND_IN_DIR = CACHE_DIR / "stand-in"
+RANDOM_DIR = CACHE_DIR / "random"
 EMBEDDED_NOTE = ("the embedded toy pair: an 11 M-parameter Qwen3 and a 2-layer DFlash drafter trained on the "
                  "benchmark's Julia module templates (`tileinfer/assets/default/MODEL.md`)")
 # A tiny pair whose context holds the 1k benchmark prompts.
