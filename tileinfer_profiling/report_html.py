@@ -8,8 +8,13 @@ warnings, progress bars) are dropped, and plotly.js comes in once, with the firs
 """
 
 import copy
+import re
 
 FINDINGS_TAG = "findings"
+# nbconvert's page and plotly's notebook renderer fetch require.js and MathJax from a CDN; the report needs
+# neither (plotly.js is inline, no cell has LaTeX), so the page makes no request at all.
+_CDN_SCRIPTS = [re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/(require\.js|mathjax)/[^"]*"></script>\s*'),
+                re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->\s*", re.S)]
 STYLE = """<style>
 body { max-width: 1180px; margin: 0 auto; }
 .jp-Cell-inputWrapper:empty, .jp-Cell:has(.jp-Cell-outputWrapper:empty) { display: none; }
@@ -50,4 +55,6 @@ def report_html(book, title="TileInfer report"):
     book = arrange(book)
     book.metadata["title"] = title
     body, _ = exporter.from_notebook_node(book)
+    for pattern in _CDN_SCRIPTS:
+        body = pattern.sub("", body)
     return body.replace("</head>", STYLE + "</head>", 1)
