@@ -92,14 +92,15 @@ def recorded_steps(steps, point="1k", weights="bf16"):
             "plain step for up to 16 tokens.")
 
 
-def acceptance(runs, embedded, reference_tps=None):
+def acceptance(runs, embedded, reference_tps=None, described=False):
     """Tokens per step of the real drafts; the embedded pair's are labelled as a toy's, beside the range
-    of the comparison's Qwen3-4B figures (`reference_tokens_per_step`) when given."""
+    of the comparison's Qwen3-4B figures (`reference_tokens_per_step`) when given. `described`: the toy
+    was described already (it is the timed pair)."""
     if runs is None or not len(runs):
         return None
     parts = [f"{fmt.num(r['mean_tokens_per_step'])} on {r['point']} {r['task']} ({fmt.integer(r['steps'])} steps)"
              for _, r in runs.iterrows()]
-    who = f"{TOY}" if embedded else "the timed pair"
+    who = ("the embedded toy pair" if described else TOY) if embedded else "the timed pair"
     caveat = ""
     if embedded:
         caveat = " — a toy trained on exactly these templates, not comparable with Qwen3-4B"
@@ -117,5 +118,6 @@ def findings_markdown(info, *, pair=None, embedded=False, weights="bf16", prompt
     if pair is not None:
         lines.append(what(pair, embedded, weights, prompt_note, accept_profile))
     lines += [generation(generation_table), floors(floor_rows), peers(shares), recorded_steps(steps),
-              acceptance(acceptance_runs, acceptance_embedded, reference_tps)]
+              acceptance(acceptance_runs, acceptance_embedded, reference_tps,
+                                                           described=embedded and pair is not None)]
     return "## Findings\n\n" + "\n".join(f"- {line}" for line in lines if line)
