@@ -69,8 +69,8 @@ def report_pair(model=None, draft=None, shaped=None, cache_dir=None):
         return resolve_pair(model, draft)
     target, drafter = write_random_pair(shaped, cache_dir)
     return Pair(target, drafter, True,
-                f"a {shaped} random-weight pair (target + 5-layer DFlash drafter, {target}): the costs are "
-                "real; DFlash replays the comparison's tokens per step")
+                f"a {shaped}-shaped pair with random weights (target and 5-layer DFlash drafter, written once "
+                f"to `{Path(target).parent}`)")
 
 
 def resolve_pair(model=None, draft=None, stand_in_dir=None):
