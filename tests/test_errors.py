@@ -45,8 +45,9 @@ def test_missing_path(tmp_path):
 
 def test_hub_id_not_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache"):
+    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache") as e:
         tileinfer.load("Qwen/Qwen3-4B")
+    assert "`hf download Qwen/Qwen3-4B`" in str(e.value)  # the command huggingface_hub installs today
 
 
 def test_hub_id_resolves_through_the_local_cache(pair, tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
@@ -139,15 +140,25 @@ def test_recorded_results_in_sweep_form():
 
 
 @pytest.mark.slow
-def test_report_writes_notebook_and_html_with_plotly_figures(tiny_pair, tmp_path, capsys):
+def test_report_writes_a_page_without_code_that_opens_with_its_findings(tmp_path, capsys, monkeypatch):
+    """The report as a GPU runs it (a random-weight pair of the given shapes, written once, with the
+    comparison's tokens per step replayed, beside the embedded pair's real acceptance), at the tiny preset."""
     from bench import report
 
-    report.main(["--out", str(tmp_path), "--model", tiny_pair[0], "--draft", tiny_pair[1], "--new-tokens", "3"])
-    printed = capsys.readouterr().out
-    assert str(tmp_path / "report.html") in printed and "tokens per step, 1k edit" in printed
+    monkeypatch.setenv("TILEINFER_CACHE", str(tmp_path / "cache"))
+    report.main(["--out", str(tmp_path), "--shaped", "tiny", "--new-tokens", "3", "--acceptance-tokens", "3"])
+    printed = capsys.readouterr()
+    assert str(tmp_path / "report.html") in printed.out and "acceptance: tokens per step, 1k edit" in printed.out
+    assert "report: 100%" in printed.err and "USDT" not in printed.err and "IPKernelApp" not in printed.err
+    assert (tmp_path / "cache" / "random" / "tiny" / "target" / "config.json").is_file()
     book = nbformat.read(str(tmp_path / "report.ipynb"), as_version=4)
-    assert len(_outputs(book, "application/vnd.plotly.v1+json")) >= 8
+    assert len(_outputs(book, "application/vnd.plotly.v1+json")) >= 10
     html = (tmp_path / "report.html").read_text()
-    assert html.count("Plotly.newPlot") >= 8  # figures rendered, not dropped
-    assert "plotly.js v" in html  # plotly.js inside: the page needs no network
-    assert "random weights" in html and "torch" in html and "git revision" in html
+    assert html.count("Plotly.newPlot") >= 10 and html.count("plotly.js v") == 1  # plotly.js once: no network
+    assert 'class="jp-CodeMirrorEditor' not in html and "from tileinfer_profiling" not in html  # no code
+    assert 'data-mime-type="application/vnd.jupyter.stderr"' not in html and "USDT" not in html
+    assert html.index("Findings") < html.index("This run") < html.index("Against the peers")
+    assert "replays 7.1 tokens per step" in html and "random weights" in html and "git revision" in html
+    assert "this project · NVIDIA H200" in html and "embedded toy pair" in html
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert "DFlash: tokens per step (replayed 7.1)" in set(summary["figure"])

@@ -41,9 +41,10 @@ def _attention_rows():
 
 def test_split_curves_have_an_sdpa_line_per_kv_len():
     fig = plots.split_curves_figure(_attention_rows())
-    assert _names(fig) == ["ours kv 1024, q 16", "SDPA kv 1024, q 16", "ours kv 8192, q 16", "SDPA kv 8192, q 16"]
+    assert _names(fig)[:4] == ["ours kv 1024, q 16", "SDPA kv 1024, q 16", "ours kv 8192, q 16", "SDPA kv 8192, q 16"]
+    assert _names(fig)[4:] == ["KV 1,024", "KV 8,192", "ours", "SDPA"]  # the legend: colour per KV length, dash per impl
     assert list(fig.data[1].y) == [40.0, 40.0] and fig.layout.xaxis.type == "log"
-    assert "cpu" in fig.layout.title.text
+    assert "CPU timings" in fig.layout.title.text
 
 
 def test_gemm_bandwidth_bars_against_the_ceiling():
@@ -99,12 +100,12 @@ def test_generation_and_acceptance_figures():
                           "accept_ms": [0.0, 1.0], "other_ms": [1.0, 1.0]}, index=["plain decode", "DFlash"])
     assert _names(plots.time_split_figure(table)) == ["prefill", "drafter", "verify", "accept", "other"]
     runs = pd.DataFrame([{"point": "1k", "task": "edit", "mean_tokens_per_step": 2.5, "tokens_per_step": [1, 4, 2]}])
-    assert _names(plots.acceptance_histogram_figure(runs)) == ["1k edit (mean 2.50)"]
+    assert _names(plots.acceptance_histogram_figure(runs)) == ["1k edit (mean 2.50, 3 steps)"]
     reference_tps = pd.DataFrame([{"engine": "vllm", "gpu": "RTX 4080 SUPER", "point": "1k", "task": "edit",
                                    "weights": "bf16", "tokens_per_step": 4.9}])
     fig = plots.acceptance_comparison_figure(runs, reference_tps, label="this run")
-    assert _names(fig) == ["vllm · RTX 4080 SUPER (reference, bf16)", "this run"]
-    assert _names(plots.acceptance_comparison_figure(None, reference_tps)) == ["vllm · RTX 4080 SUPER (reference, bf16)"]
+    assert _names(fig) == ["vLLM · RTX 4080 SUPER (reference, bf16)", "this run"]
+    assert _names(plots.acceptance_comparison_figure(None, reference_tps)) == ["vLLM · RTX 4080 SUPER (reference, bf16)"]
 
 
 def test_a_trace_without_layer_ranges_says_so():

@@ -40,7 +40,8 @@ def resolve(model: str | os.PathLike) -> Path:
     except LocalEntryNotFoundError:
         raise CheckpointError(
             f"{text} is not in the local Hugging Face cache ({hf_cache_dir()}); TileInfer never downloads: "
-            f"fetch it with `huggingface-cli download {text}` on a connected machine, or pass a directory") from None
+            f"fetch it with `hf download {text}` (huggingface_hub's command) on a connected machine, "
+            "or pass a directory") from None
     if not (snapshot / "config.json").is_file():
         raise CheckpointError(f"the cached snapshot of {text} ({snapshot}) has no config.json")
     return snapshot

@@ -1,40 +1,86 @@
-"""tileinfer generate [MODEL] "prompt" --max-new-tokens N [--draft PATH] …"""
+"""tileinfer generate [MODEL] ["prompt" | --example edit] --max-new-tokens N [--draft PATH] …
+
+The reply is printed as the engine commits it (token by token with plain decoding, a block at a time with
+DFlash); what runs and the timings go to stderr."""
 
 import argparse
 import sys
 
-from tileinfer.errors import TileInferError
+from tileinfer.errors import RequestError, TileInferError
 
 
-def _generate(args) -> int:
+def _status(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+def _prompt(args, examples):
+    """The prompt text or ids, and a line saying what it is when it is an example."""
+    if args.example is None:
+        if args.prompt is None:
+            raise RequestError("give a prompt (tileinfer generate \"def fib(n):\") or an example "
+                               "(tileinfer generate --example edit)")
+        return ([int(t) for t in args.prompt.split(",")] if args.ids else args.prompt), None
+    if args.prompt is not None:
+        raise RequestError("give either a prompt or --example, not both")
+    if args.example not in examples:
+        known = ", ".join(sorted(examples)) or "none: examples come with the `tileinfer` command"
+        raise RequestError(f"unknown example {args.example!r}; examples: {known}")
+    description, text = examples[args.example]
+    return text(), description
+
+
+def _generate(args, examples) -> int:
     import tileinfer
+    from tileinfer.streaming import TextStream, watch
+
+    if args.prompt is None and args.model is not None and args.example is None:
+        args.model, args.prompt = None, args.model  # one positional argument: the prompt
+    prompt, description = _prompt(args, examples)
+    _status(f"loading {args.model or 'the embedded pair (tileinfer/assets/default)'} …")
     engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights, device=args.device,
                             backend=args.backend)
-    prompt = [int(t) for t in args.prompt.split(",")] if args.ids else args.prompt
-    out = engine.generate(prompt, args.max_new_tokens, block_size=args.block_size, eager=args.eager,
-                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    s = out.stats
-    if out.text is not None:
-        print(out.text)
-    else:
-        print(",".join(map(str, out.tokens)))
     where = f"{engine.device.type}, {engine.backend} backend, {engine.weights}"
+    _status(f"[{where}] {description + '; ' if description else ''}generating up to {args.max_new_tokens} tokens …")
+
+    def write(text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    ids_shown = []
+    if engine.tokenizer is not None:
+        stream = TextStream(engine.tokenizer, write)
+    else:  # token ids, comma-separated as they come
+        def stream(ids):
+            write(("," if ids_shown else "") + ",".join(map(str, ids)))
+            ids_shown.extend(ids)
+    with watch(engine, stream):
+        out = engine.generate(prompt, args.max_new_tokens, block_size=args.block_size, eager=args.eager,
+                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    if isinstance(stream, TextStream) and out.text is not None:
+        stream.finish(out.text)
+    elif ids_shown != out.tokens:
+        write("\n" + ",".join(map(str, out.tokens)))
+    write("\n")
+    s = out.stats
     spec = f", {s.mean_tokens_per_step:.2f} tokens per step over {s.steps} steps (block {s.block_size})" if s.block_size > 1 else ""
-    print(f"\n[{where}] prompt {s.prompt_tokens} tokens, prefill {s.prefill_ms:.1f} ms; "
-          f"{s.new_tokens} new tokens, decode {s.decode_tok_s:.1f} tok/s{spec}; stopped by {s.stop_reason}",
-          file=sys.stderr)
+    _status(f"\n[{where}] prompt {s.prompt_tokens} tokens, prefill {s.prefill_ms:.1f} ms; "
+            f"{s.new_tokens} new tokens, decode {s.decode_tok_s:.1f} tok/s{spec}; stopped by {s.stop_reason}")
     return 0
 
 
-def main(argv=None, commands=None) -> int:
+def main(argv=None, commands=None, examples=None) -> int:
     """`commands`: more subcommands, {name: (help, run)}; `run(args)` gets every argument after the name
-    (its own --help included) and returns the exit status."""
-    commands = commands or {}
+    (its own --help included) and returns the exit status. `examples`: prompts for `--example`,
+    {name: (description, text())}."""
+    commands, examples = commands or {}, examples or {}
     parser = argparse.ArgumentParser(prog="tileinfer", description="Qwen3 + DFlash inference on Triton kernels")
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="generation from a prompt (greedy unless --temperature > 0)")
+    gen = sub.add_parser("generate", help="generation from a prompt (greedy unless --temperature > 0), printed as it comes")
     gen.add_argument("model", nargs="?", default=None, help="checkpoint directory or cached hub id (default: the embedded pair)")
-    gen.add_argument("prompt", help="prompt text (or comma-separated token ids with --ids)")
+    gen.add_argument("prompt", nargs="?", default=None, help="prompt text (or comma-separated token ids with --ids)")
+    gen.add_argument("--example", default=None, metavar="NAME",
+                     help="a prompt the embedded pair was trained for instead of PROMPT: "
+                          + (", ".join(f"{k} ({d})" for k, (d, _) in sorted(examples.items())) or "none here"))
     gen.add_argument("--draft", default=None, help="DFlash drafter checkpoint")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--block-size", type=int, default=None, help="DFlash block (1 = plain decoding)")
@@ -53,7 +99,7 @@ def main(argv=None, commands=None) -> int:
     try:
         if argv[:1] and argv[0] in commands:
             return commands[argv[0]][1](argv[1:])
-        return _generate(parser.parse_args(argv))
+        return _generate(parser.parse_args(argv), examples)
     except TileInferError as e:
         print(f"tileinfer: error: {e}", file=sys.stderr)
         return 2

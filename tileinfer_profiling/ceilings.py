@@ -35,6 +35,8 @@ class Ceilings:
 # `measure()` on an H200, 2026-11-29; for plots made away from the GPU.
 H200 = Ceilings(gpu="NVIDIA H200", read_gbs=4190.0, copy_gbs=4270.0, bf16_tflops=679.0, date="2026-11-29",
                 method="sum of a 2 GiB bf16 tensor; device-to-device copy; cuBLAS bf16 8192³ matmul")
+# Memory bandwidth on the datasheet (GB/s): the bound above the measured ceilings.
+DATASHEET_GBS = {"NVIDIA H200": 4800.0}
 
 
 def cache_path(gpu, cache_dir=None):

@@ -32,12 +32,14 @@ def _strs(text):
 
 
 def _write(out, name, df, figures):
+    """CSV, and each figure as an HTML page that loads plotly.min.js from beside it (one copy per directory,
+    written with the first page: the pages stay small and need no network)."""
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / f"{name}.csv", index=False)
     written = [out / f"{name}.csv"]
     for suffix, fig in figures.items():
         path = out / (f"{name}.html" if not suffix else f"{name}-{suffix}.html")
-        fig.write_html(path, include_plotlyjs=True)
+        fig.write_html(path, include_plotlyjs="directory")
         written.append(path)
     for path in written:
         print(path)
@@ -69,21 +71,21 @@ def _sweep(args):
         df = sweeps.attention_sweep(_ints(args.kv_lens or ("64,128" if tiny else "1024,8192,32768")),
                                     _ints(args.q_lens or ("1,4" if tiny else "1,16")),
                                     _ints(args.num_splits or ("1,2" if tiny else "1,2,4,8,16,32")),
-                                    device=device, ceilings=ceil, **heads)
+                                    device=device, ceilings=ceil, progress=True, **heads)
         _write(out, "attention", df, {"": plots.split_curves_figure(df)})
         return _failed(df)
     elif args.kind == "drafter-attention":
         df = sweeps.drafter_attention_sweep(_ints(args.kv_lens or ("64,128" if tiny else "1024,8192,32768")),
                                             _ints(args.num_splits or ("1,2" if tiny else "1,2,4,8,16,32")),
                                             block_size=args.block_size or (4 if tiny else 16),
-                                            device=device, ceilings=ceil, **heads)
+                                            device=device, ceilings=ceil, progress=True, **heads)
         _write(out, "drafter-attention", df,
                {"": plots.split_curves_figure(df, title="Drafter attention (non-causal block) against the split count")})
         return _failed(df)
     else:
         shapes = {"tiny_qkv": (64, 32), "tiny_down": (32, 128)} if tiny else None
         df = sweeps.gemm_sweep(shapes, _ints(args.ms or ("1,4" if tiny else "1,16")), _strs(args.weights),
-                               _strs(args.impls), device=device, ceilings=ceil)
+                               _strs(args.impls), device=device, ceilings=ceil, progress=True)
         _write(out, "gemm", df, {"": plots.gemm_bandwidth_figure(df, ceil)})
         return _failed(df)
 
@@ -123,6 +125,10 @@ def _step(args):
                             backend=args.backend, **extra)
     prompt = _prompt_ids(args, engine.config.vocab_size)
     block_size = args.block_size or (16 if engine.drafter is not None else 1)
+    runs = 1 + (not args.no_graphs and engine.device.type == "cuda")
+    print(f"profiling {args.new_tokens} tokens after a {len(prompt)}-token prompt, block {block_size}: "
+          f"{args.warmup} untimed warm-up and one traced run, {runs} time(s) (eager, then CUDA graphs) …",
+          file=sys.stderr, flush=True)
     prof = profile_step(engine, prompt, block_size=block_size, max_new_tokens=args.new_tokens,
                         warmup=args.warmup, graphs=False if args.no_graphs else None,
                         accept_profile=_accept_profile(args.accept_profile))
@@ -168,6 +174,8 @@ def _compiled(args):
     from tileinfer_profiling import plots
     from tileinfer_profiling.compiled import compile_cases
     from tileinfer_profiling.run_info import relative
+    print(f"compiling every launch site of a {args.preset} step for sm_{args.arch} in a worker process "
+          "(minutes on a CPU; nothing is printed until it ends) …", file=sys.stderr, flush=True)
     table, opcodes = compile_cases(args.preset, args.arch, args.gpu, args.num_sms, _strs(args.ops or ""))
     ops = f" --ops '{args.ops}'" if args.ops else ""
     table["command"] = (f"tileinfer profile compiled --preset {args.preset} --arch {args.arch} --gpu '{args.gpu}'"
@@ -253,4 +261,14 @@ def tileinfer_main(argv=None):
 
     profile = ("kernel sweeps, step profiles, ceilings, the reference comparison, compiled kernels",
                lambda rest: main(rest, prog="tileinfer profile"))
-    return engine_main(argv, commands={"profile": profile})
+    return engine_main(argv, commands={"profile": profile}, examples=examples())
+
+
+def examples():
+    """Prompts for `tileinfer generate --example NAME`: the benchmark's 1k prompts, on which the embedded
+    pair was trained (its acceptance shows there), {name: (description, text())}."""
+    from tileinfer_profiling.prompts import EXAMPLE_POINT, example_text
+
+    return {task: (f"the benchmark's {EXAMPLE_POINT} {task} prompt: {what}", lambda task=task: example_text(task))
+            for task, what in (("edit", "rename a type in a Julia module and reply with the whole file"),
+                               ("explain", "explain a Julia module"))}

@@ -20,6 +20,7 @@ def benchmark_prompt(engine, task, point, new_tokens=0):
 
 
 def points_that_fit(engine, points, new_tokens):
-    """The benchmark points whose prompt + new_tokens fit the model's context."""
+    """The benchmark points whose prompt + new_tokens (None: the point's own count) fit the model's context."""
     limit = engine.config.max_position_embeddings
-    return [p for p in points if POINTS[p].prompt_tokens + new_tokens <= limit]
+    return [p for p in points
+            if POINTS[p].prompt_tokens + (POINTS[p].new_tokens if new_tokens is None else new_tokens) <= limit]

@@ -8,6 +8,7 @@ engine's range names.
 import torch
 
 from tileinfer import tracing
+from tileinfer_profiling import fmt  # noqa: F401  (nb.fmt in the notebooks)
 from tileinfer_profiling.run_info import run_info
 
 
@@ -99,3 +100,68 @@ def live_gemm_shapes():
     if on_gpu():
         return None
     return {"qkv": (64, 64), "gate_up": (128, 64), "down": (64, 96)}
+
+
+RECORDED_NOTE = ("this project: Qwen3-4B shapes with random weights on an NVIDIA H200, replaying the comparison's "
+                 "tokens per step\nthe others: the comparison's published figures on an RTX 4080 SUPER")
+
+
+def replay_note(accept_profile):
+    """What DFlash's tokens per step are in this run: replayed (random weights) or the pair's own."""
+    if accept_profile:
+        return (f"DFlash replays {accept_profile:g} tokens per step (the comparison's figure for this prompt); "
+                "the weights are random, so the costs are real and the tokens are not")
+    return "tokens per step are the pair's own (greedy, real drafts)"
+
+
+GENERATION_COLUMNS = ["prompt_tokens", "new_tokens", "steps", "mean_tokens_per_step", "decode_tok_s", "prefill_ms",
+                      "drafter_ms", "verify_ms", "decode_ms"]
+
+
+def generation_columns(table):
+    """The columns of a `generate_both` table a report shows, mode as the first column."""
+    return table[GENERATION_COLUMNS].reset_index().rename(columns={"mean_tokens_per_step": "tokens_per_step"})
+
+
+def live_ceilings():
+    """This GPU's measured ceilings (cached after the first run), or None on a CPU, whose floors say nothing."""
+    if not on_gpu():
+        return None
+    from tileinfer_profiling.ceilings import measure
+    return measure()
+
+
+def note(text):
+    """A short italic line under a section."""
+    return markdown(f"*{text}*")
+
+
+COMPILED_KEYS = ["op", "shape", "m", "kind"]
+COMPILED_GROUPS = (["kernel", "num_warps", "num_stages", "regs", "local_bytes", "shared_bytes", "blocks_per_sm",
+                    "tensor_cores"],
+                   ["loop_instructions", "byte_floor_us", "instruction_floor_us", "binding_pipe"])
+
+
+def compiled_tables(df):
+    """`recorded.compiled` rows as two tables: resources per launch site, then its two floors."""
+    from tileinfer_profiling.tables import split
+    return split(df, COMPILED_KEYS, COMPILED_GROUPS,
+                 ["Resources per launch site (compiled for sm_90, not run)",
+                  "The main loop's instruction floor beside the byte floor"])
+
+
+def acceptance_title(pair):
+    """The acceptance chart's title: whose drafts, and for the embedded pair, that it is a toy."""
+    from tileinfer_profiling.pair import is_embedded
+    if pair is not None and is_embedded(pair):
+        return "Tokens per step of the embedded toy pair (11 M parameters, trained on these templates): real drafts"
+    if pair is not None and pair.random_weights:
+        return "Tokens per step of a random-weight stand-in: its drafts are random, its acceptance means nothing"
+    return "Tokens per step of the timed pair: real drafts"
+
+
+def kernel_note():
+    """What the rows of a step profile are on this machine."""
+    if on_gpu():
+        return "GPU kernels of the eager run, attributed to phases by the engine's scopes"
+    return "on a CPU these are torch's top-level CPU ops of the eager run (the PyTorch backend), not GPU kernels"

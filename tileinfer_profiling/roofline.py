@@ -132,3 +132,22 @@ def add_achieved(df, ceilings=None, time_col="time_us"):
         df[key] = out[key]
     df["floor_us"] = pd.Series(out["floor_ms"], index=df.index) * 1e3
     return df
+
+
+def generation_floors(engine, table, ceilings):
+    """Each mode of a `generate_both` table as one step against its byte floor: rows of mode, step_ms (decode
+    time per step), kv_len (the mean context), bytes, floor_ms at the ceilings' read bandwidth."""
+    rows = []
+    if table is None or ceilings is None:
+        return rows
+    for mode, r in table.iterrows():
+        if not r["steps"]:
+            continue
+        kv_len = int(r["prompt_tokens"] + r["new_tokens"] / 2)
+        if r["block_size"] > 1 and engine.drafter is not None:
+            nbytes = dflash_step_bytes(engine.config, engine.drafter.config, kv_len, engine.weights)
+        else:
+            nbytes = step_bytes(engine.config, kv_len, weights=engine.weights)
+        rows.append({"mode": "DFlash" if r["block_size"] > 1 else "plain decode", "step_ms": r["decode_ms"] / r["steps"],
+                     "kv_len": kv_len, "bytes": nbytes, "floor_ms": float(floor_ms(nbytes, 0, ceilings))})
+    return rows

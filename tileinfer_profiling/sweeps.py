@@ -29,6 +29,12 @@ def _time(fn, device, rep_ms):
         return float("nan"), "failed", f"{type(e).__name__}: {e}"[:300]
 
 
+def _bar(total, desc, progress):
+    """A progress bar on stderr over `total` points when `progress`, else one that shows nothing."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="point", disable=not progress, leave=False)
+
+
 def _ours_attention(q, k_cache, v_cache, kv_len_t, causal, num_splits):
     return decode_attention(q, k_cache, v_cache, kv_len_t, causal=causal, num_splits=num_splits)
 
@@ -50,10 +56,11 @@ def _sdpa(q_len, kv_len, causal):
 
 
 def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads, num_kv_heads, head_dim,
-                    dtype, device, sdpa, ceilings, rep_ms, extra=None):
+                    dtype, device, sdpa, ceilings, rep_ms, extra=None, progress=False):
     device = resolve_device(device)
     info = run_info(device)
     rows = []
+    bar = _bar(len(kv_lens) * len(q_lens) * (len(num_splits_list) + bool(sdpa)), kind, progress)
     for kv_len in kv_lens:
         for q_len in q_lens:
             cache_bytes = 2 * kv_len * num_kv_heads * head_dim * dtype.itemsize
@@ -77,6 +84,7 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
                     return _ours_attention(q, k, v, kv_t, causal, s)
 
                 t_us, timer, error = _time(call, device, rep_ms)
+                bar.update()
                 rows.append(dict(impl="ours", impl_source="triton decode_attention", num_splits=s, time_us=t_us,
                                  timer=timer, error=error,
                                  bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
@@ -90,11 +98,13 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
                     label, run = f"sdpa non-causal (causal failed: {type(e).__name__})", _sdpa(q_len, kv_len, False)[1]
                 nxt = rotating(pool)
                 t_us, timer, error = _time(lambda nxt=nxt, run=run: run(*nxt()[:3]), device, rep_ms)
+                bar.update()
                 rows.append(dict(impl="sdpa", impl_source=label, num_splits=float("nan"), time_us=t_us, timer=timer,
                                  error=error,
                                  bytes=attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype.itemsize,
                                                        num_q_heads=num_q_heads), **common))
             del pool
+    bar.close()
     df = add_achieved(pd.DataFrame(rows), ceilings)
     df.insert(0, "sweep", kind)
     for key, value in info.items():
@@ -105,26 +115,28 @@ def _attention_rows(kind, kv_lens, q_lens, num_splits_list, causal, num_q_heads,
 def attention_sweep(kv_lens=(1024, 8192, 32768), q_lens=(1, 16), num_splits_list=(1, 2, 4, 8, 16, 32), *,
                     causal=True, num_q_heads=QWEN3_4B.q_heads, num_kv_heads=QWEN3_4B.kv_heads,
                     head_dim=QWEN3_4B.head_dim, dtype=torch.bfloat16,
-                    device=None, sdpa=True, ceilings=None, rep_ms=50):
+                    device=None, sdpa=True, ceilings=None, rep_ms=50, progress=False):
     """Our split-KV decode attention at each (kv_len, q_len, num_splits), plus one SDPA row per
     (kv_len, q_len). Queries are the last q_len positions (causal within the block). Defaults: Qwen3-4B heads.
+    `progress`: a bar on stderr, one step per point.
 
     Columns: sweep, impl (ours/sdpa), impl_source, num_splits, time_us, timer, bytes, flops, kv_len,
     q_len, ..., gbs, tflops, frac_read_bw, frac_bf16_flops, floor_us, gpu, device, torch, triton, git_rev.
     """
     return _attention_rows("attention", kv_lens, q_lens, num_splits_list, causal, num_q_heads, num_kv_heads,
-                           head_dim, dtype, device, sdpa, ceilings, rep_ms)
+                           head_dim, dtype, device, sdpa, ceilings, rep_ms, progress=progress)
 
 
 def drafter_attention_sweep(kv_lens=(1024, 8192, 32768), num_splits_list=(1, 2, 4, 8, 16, 32), *,
                             block_size=QWEN3_4B_DFLASH.block_size,
                             num_q_heads=QWEN3_4B.q_heads, num_kv_heads=QWEN3_4B.kv_heads,
                             head_dim=QWEN3_4B.head_dim, dtype=torch.bfloat16, device=None,
-                            sdpa=True, ceilings=None, rep_ms=50):
+                            sdpa=True, ceilings=None, rep_ms=50, progress=False):
     """The DFlash drafter's attention: block_size queries over kv_len context positions + the block,
     not causal. Rows as `attention_sweep`, kv_len = context + block; context_len says the context."""
     df = _attention_rows("drafter-attention", [n + block_size for n in kv_lens], [block_size], num_splits_list,
-                         False, num_q_heads, num_kv_heads, head_dim, dtype, device, sdpa, ceilings, rep_ms)
+                         False, num_q_heads, num_kv_heads, head_dim, dtype, device, sdpa, ceilings, rep_ms,
+                         progress=progress)
     df.insert(df.columns.get_loc("kv_len"), "context_len", df["kv_len"] - block_size)
     return df
 
@@ -135,8 +147,8 @@ def _make_linear(w, weights):
 
 
 def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours", "cublas"), *,
-               dtype=torch.bfloat16, device=None, ceilings=None, rep_ms=50):
-    """y = x @ Wᵀ for each shape × m × weight type × implementation.
+               dtype=torch.bfloat16, device=None, ceilings=None, rep_ms=50, progress=False):
+    """y = x @ Wᵀ for each shape × m × weight type × implementation (`progress`: a bar on stderr).
 
     `shapes`: {name: (n, k)} or [(name, n, k)]; default Qwen3-4B's qkv, o, gate_up, down. "ours" is
     `tileinfer.ops.linear.linear`, "cublas" is `linear_ref` (F.linear; INT8: dequantize then F.linear).
@@ -151,6 +163,7 @@ def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours",
     sources = {"ours": "triton linear", "cublas": "linear_ref"}
     info = run_info(device)
     rows = []
+    bar = _bar(len(shapes) * len(weights) * len(ms) * len(impls), "gemm", progress)
     for name, n, k in shapes:
         for wt in weights:
             copies = copies_for(linear_bytes(n, k, 1, wt), device)
@@ -163,11 +176,13 @@ def gemm_sweep(shapes=None, ms=(1, 16), weights=("bf16", "int8"), impls=("ours",
                     nxt = rotating(lins)
                     fn = funcs[impl]
                     t_us, timer, error = _time(lambda fn=fn, nxt=nxt, x=x: fn(x, nxt()), device, rep_ms)
+                    bar.update()
                     rows.append(dict(shape=name, n=n, k=k, m=m, weights=wt, impl=impl,
                                      impl_source=sources[impl],
                                      time_us=t_us, timer=timer, error=error, bytes=linear_bytes(n, k, m, wt),
                                      flops=linear_flops(n, k, m)))
             del lins
+    bar.close()
     df = add_achieved(pd.DataFrame(rows), ceilings)
     df.insert(0, "sweep", "gemm")
     for key, value in info.items():

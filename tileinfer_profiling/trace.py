@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from tileinfer.tracing import PHASES
+from tileinfer_profiling import quiet
+
 KERNEL_CLASSES = ("attention", "gemm", "norm_rope", "other")
 COLUMNS = ["name", "kernel_class", "start_us", "duration_us", "end_us", "grid", "block", "stream",
            "device", "phase", "model", "layer", "part", "scope", "scopes"]
@@ -204,7 +206,8 @@ def _trace(fn, warmup=1):
     if cuda:
         torch.cuda.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
+    # torch's profiler announces its start and stop on fd 2 ("USDT: ..."): dropped, other lines kept
+    with quiet.dropping_lines(), profile(activities=activities) as prof:
         result = fn()
         if cuda:
             torch.cuda.synchronize()

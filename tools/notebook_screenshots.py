@@ -16,9 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.lab_browser import browser_page, copy_notebooks, jupyter_lab, missing, open_notebook, run_all  # noqa: E402
 
-NAMES = ["quickstart", "attention_splits", "gemms", "step_profile", "acceptance", "report"]
+# The report is read as a page, not in JupyterLab: tools/report_screenshots.py shoots it.
+NAMES = ["quickstart", "attention_splits", "gemms", "step_profile", "acceptance"]
 # What each screenshot shows: the n-th plotly figure (0-based), or the widget.
-FOCUS = {"quickstart": 0, "attention_splits": "widget", "gemms": 0, "step_profile": 0, "acceptance": 1, "report": 3}
+FOCUS = {"quickstart": 0, "attention_splits": "widget", "gemms": 0, "step_profile": 0, "acceptance": 1}
 
 
 def shoot(page, name, out):

@@ -2,12 +2,12 @@
 
 from tileinfer_profiling.prompts.julia import generate_module
 from tileinfer_profiling.prompts.render import (
-    EDIT, EXPLAIN, POINTS, TASKS, ByteTokenizer, Point, Prompt, build_prompt, encode_ids,
-    load_prompt, render_prompt, store_prompt, tokenizer_from_path,
+    EDIT, EXAMPLE_POINT, EXPLAIN, POINTS, TASKS, ByteTokenizer, Point, Prompt, build_prompt, encode_ids,
+    example_text, load_prompt, render_prompt, store_prompt, tokenizer_from_path,
 )
 
 __all__ = [
-    "EDIT", "EXPLAIN", "POINTS", "TASKS", "ByteTokenizer", "Point", "Prompt", "build_prompt",
-    "encode_ids", "generate_module", "load_prompt", "render_prompt", "store_prompt",
+    "EDIT", "EXAMPLE_POINT", "EXPLAIN", "POINTS", "TASKS", "ByteTokenizer", "Point", "Prompt", "build_prompt",
+    "encode_ids", "example_text", "generate_module", "load_prompt", "render_prompt", "store_prompt",
     "tokenizer_from_path",
 ]

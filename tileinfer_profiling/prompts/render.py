@@ -184,3 +184,12 @@ def load_prompt(task, point, tokenizer=None, name=None, seed=0):
             row.pop("point")
             return Prompt(**row)
     return build_prompt(task, n_tokens, tokenizer, seed)
+
+
+EXAMPLE_POINT = "1k"
+
+
+def example_text(task, point=EXAMPLE_POINT):
+    """The text of the benchmark's `task` prompt as stored for the embedded pair's tokenizer (exactly
+    POINTS[point].prompt_tokens of its tokens): what `tileinfer generate --example` sends."""
+    return json.loads(prompt_path("default", task, point).read_text())["text"]
