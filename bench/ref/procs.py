@@ -1,9 +1,12 @@
 """Fresh processes per configuration: a worker prints its rows as `ROW <json>` lines, the parent appends
-each to the output file as it arrives, so an interrupted run keeps every finished row."""
+each to the output file as it arrives, so an interrupted or timed-out run keeps every finished row."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 
 from bench.ref.metric import append_jsonl
 
@@ -25,11 +28,19 @@ def progress(iterable, **kw):
     return tqdm(iterable, **kw)
 
 
-def run_workers(jobs, out, desc="configurations"):
+def _kill(proc):
+    """End a worker and whatever it started (it leads its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_workers(jobs, out, desc="configurations", timeout_s=None):
     """Run each (label, argv) job as a fresh process; append its rows to `out` (JSONL); return all rows.
 
-    A worker that fails is reported on stderr and the run goes on; Ctrl-C stops the current worker
-    and returns what finished.
+    A worker that fails, or runs past `timeout_s` seconds (then it is killed), is reported on stderr
+    and the run goes on; Ctrl-C stops the current worker and returns what finished.
     """
     rows, failed = [], []
     bar = progress(jobs, desc=desc, unit="process", file=sys.stderr)
@@ -37,7 +48,10 @@ def run_workers(jobs, out, desc="configurations"):
         for label, argv in bar:
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(label)
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            timer = threading.Timer(timeout_s, _kill, (proc,)) if timeout_s else None
+            if timer:
+                timer.start()
             try:
                 for line in proc.stdout:
                     if line.startswith(ROW_PREFIX):
@@ -48,13 +62,17 @@ def run_workers(jobs, out, desc="configurations"):
                         sys.stderr.write(line)
                 proc.wait()
             except KeyboardInterrupt:
-                proc.terminate()
+                _kill(proc)
                 proc.wait()
                 raise
+            finally:
+                if timer:
+                    timer.cancel()
             if proc.returncode != 0:
+                why = (f"ran past {timeout_s:g} s and was killed" if proc.returncode == -signal.SIGKILL and timer
+                       else f"exited with {proc.returncode}")
                 failed.append(label)
-                print(f"worker {label} exited with {proc.returncode}; its finished rows are kept",
-                      file=sys.stderr)
+                print(f"worker {label} {why}; its finished rows are kept", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"\ninterrupted: {len(rows)} finished rows are in {out}", file=sys.stderr)
     if failed:

@@ -23,6 +23,7 @@ from tileinfer_profiling.run_info import command_line
 
 REPO = Path(__file__).resolve().parents[2]
 DFLASH_BLOCK_SIZE = 16  # k = 15 drafts per step, as in the comparison
+MODE = "cuda-graphs"  # Engine.generate's default: each decode step replays a captured CUDA graph
 # Random-weight checkpoints, written once per preset and shared by the bench scripts.
 BENCH_ROOT = Path(os.environ.get("TILEINFER_BENCH_ROOT", Path.home() / ".cache" / "tileinfer-bench"))
 
@@ -42,7 +43,8 @@ def parse_points(text):
 
 
 def parse_accept_profile(text):
-    """'edit=7.1,explain=2.9' -> {'edit': 7.1, 'explain': 2.9}."""
+    """'edit=7.1,explain=2.9' -> {'edit': 7.1, 'explain': 2.9}; a key may name its point too, as in
+    '1k:edit=7.1,8k:edit=1.87' (see `profile_for`)."""
     if not text:
         return {}
     out = {}
@@ -54,6 +56,11 @@ def parse_accept_profile(text):
     return out
 
 
+def profile_for(profile, point, task):
+    """The tokens per step to replay for `task` at `point`: the 'point:task' entry, else the 'task' one."""
+    return profile.get(f"{point}:{task}", profile.get(task))
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.ref.tileinfer_spec",
                                  description=__doc__.split("\n")[0])
@@ -63,7 +70,8 @@ def parse_args(argv=None):
                     help="benchmark a random-weight target of this preset (qwen3-4b) and a 5-layer drafter")
     ap.add_argument("--random-dir", help="where the random checkpoints are written (kept for reuse)")
     ap.add_argument("--accept-profile", type=parse_accept_profile, default={},
-                    help="replay this mean tokens per step per task, e.g. edit=7.1,explain=2.9")
+                    help="replay this mean tokens per step per task, e.g. edit=7.1,explain=2.9, or per "
+                    "point and task, e.g. 1k:edit=7.1,8k:edit=1.87")
     ap.add_argument("--points", type=parse_points, default=parse_points("1k,8k"))
     ap.add_argument("--tasks", default="edit,explain")
     ap.add_argument("--weights", default="bf16,int8")
@@ -78,6 +86,8 @@ def parse_args(argv=None):
                     help="take the GPU's bandwidth from the datasheet table instead of measuring it")
     ap.add_argument("--out", help="JSONL file the rows are appended to "
                     "(default bench/results/tileinfer-<time>.jsonl)")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="kill a worker process after this many seconds; its finished rows stay")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -88,6 +98,16 @@ def parse_args(argv=None):
         if bad:
             ap.error(f"--{flag}: {', '.join(sorted(bad))} not in {', '.join(sorted(allowed))}")
     return args
+
+
+def model_name(args):
+    """What the rows' `model` says: the random-weight preset, or the target checkpoint's name."""
+    return args.random_weights or Path(str(args.model)).name
+
+
+def tileinfer_version():
+    import tileinfer
+    return tileinfer.__version__
 
 
 def prepare_random(preset, directory=None):
@@ -141,7 +161,7 @@ def run_worker(args, load=None, emit=emit_row):
     for task in args.tasks.split(","):
         ids = prompt_ids(task, point, engine.tokenizer, engine.config.vocab_size,
                          Path(str(model)).name, random_weights)
-        profile = args.accept_profile.get(task) if dflash else None
+        profile = profile_for(args.accept_profile, point.name, task) if dflash else None
         gen_kw = {"stop_ids": [] if random_weights else None, "accept_profile": profile,
                   "block_size": (args.block_size if dflash else 1)}
         timing, stats = bench_prompt(engine, ids, point.new_tokens, args.trials, args.warmup_s, **gen_kw)
@@ -155,6 +175,7 @@ def run_worker(args, load=None, emit=emit_row):
             **env, command=command_line(), weights_kind="random" if random_weights else "real",
             accept_mode=accept_mode(profile), timestamp=timestamp(),
             latency_trials_ms=timing.latency_trials_ms, prefill_trials_ms=timing.prefill_trials_ms,
+            model=model_name(args), version=tileinfer_version(), mode=MODE,
         ).as_dict()
         emit(validate_row(row))
         rows.append(row)
@@ -207,7 +228,7 @@ def main(argv=None):
         return
     out = Path(args.out or REPO / "bench" / "results" / f"tileinfer-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = run_workers(jobs(args), out)
+    rows = run_workers(jobs(args), out, timeout_s=args.timeout_s)
     if not rows:
         raise SystemExit("no rows were produced")
     summary = summarize(rows)

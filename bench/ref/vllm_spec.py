@@ -24,6 +24,7 @@ from tileinfer_profiling.run_info import command_line
 REPO = Path(__file__).resolve().parents[2]
 NUM_SPECULATIVE_TOKENS = 15
 VLLM_COMPILE = 3  # CompilationMode.VLLM_COMPILE: torch.compile + CUDA graphs (vLLM's default, written out)
+MODE = "compile+cuda-graphs"  # what the rows' `mode` says
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "num_drafts",
                 "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens"}
 
@@ -45,6 +46,8 @@ def parse_args(argv=None):
     ap.add_argument("--attention-backend", default=None, help="e.g. TRITON_ATTN (default: vLLM's choice)")
     ap.add_argument("--datasheet-bandwidth", action="store_true")
     ap.add_argument("--out", help="JSONL file the rows are appended to")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="kill a worker process after this many seconds; its finished rows stay")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -97,7 +100,7 @@ def spec_counts(metrics):
 
 
 def row_from_output(output, *, task, point, weights, dflash, timing, spec_delta, process, env,
-                    command=None):
+                    command=None, version="", model=""):
     """The row of one prompt from a `RequestOutput`, its Timing and the spec counters' change over one reply."""
     new_tokens = len(output.outputs[0].token_ids)
     drafts = spec_delta.get("num_drafts", 0) if dflash else 0
@@ -114,7 +117,7 @@ def row_from_output(output, *, task, point, weights, dflash, timing, spec_delta,
         tokens_per_step=tokens_per_step, steps=steps, process=process, **env,
         command=command or command_line(), weights_kind="real", accept_mode="real",
         timestamp=timestamp(), latency_trials_ms=timing.latency_trials_ms,
-        prefill_trials_ms=timing.prefill_trials_ms,
+        prefill_trials_ms=timing.prefill_trials_ms, model=model, version=version, mode=MODE,
     ).as_dict()
     return validate_row(row)
 
@@ -122,6 +125,7 @@ def row_from_output(output, *, task, point, weights, dflash, timing, spec_delta,
 def run_worker(args, llm_cls=None, sampling_params_cls=None, emit=emit_row):
     if llm_cls is None:
         from vllm import LLM as llm_cls
+    version = _vllm_version()
     (point,) = args.points
     dflash = args.dflash == "on"
     env = environment(measure_bandwidth=not args.datasheet_bandwidth)  # before vLLM reserves memory
@@ -145,10 +149,18 @@ def run_worker(args, llm_cls=None, sampling_params_cls=None, emit=emit_row):
         delta = {k: after[k] - before[k] for k in after}
         row = row_from_output(output, task=task, point=point.name, weights=args.weights,
                               dflash=dflash, timing=timing, spec_delta=delta, process=args.process,
-                              env=env)
+                              env=env, version=version, model=Path(args.model).name)
         emit(row)
         rows.append(row)
     return rows
+
+
+def _vllm_version():
+    try:
+        import vllm
+    except ImportError:
+        return ""
+    return getattr(vllm, "__version__", "")
 
 
 def local_checkpoint(model):
@@ -199,7 +211,7 @@ def main(argv=None):
                     if args.datasheet_bandwidth:
                         argv_w.append("--datasheet-bandwidth")
                     jobs.append((f"{point.name} {weights} dflash={dflash} #{process}", argv_w))
-    rows = run_workers(jobs, out)
+    rows = run_workers(jobs, out, timeout_s=args.timeout_s)
     if rows:
         table = format_table(summarize(rows))
         print(table)
