@@ -125,7 +125,7 @@ def to_dataframe(rows, env=None):
     return df
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.features", description=__doc__.split("\n")[0])
     ap.add_argument("--model")
     ap.add_argument("--draft")
@@ -139,6 +139,11 @@ def main(argv=None):
     ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out-dir", default=str(REPO / "bench" / "results"))
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.random_weights and not args.model:
         args.model, args.draft = prepare_random(args.random_weights, args.random_dir)

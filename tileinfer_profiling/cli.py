@@ -6,7 +6,7 @@ comparison and compiled kernels as CSV + HTML.
     tileinfer profile sweep drafter-attention [--kv-lens ...] [--num-splits ...] --out DIR
     tileinfer profile step --model PATH --draft PATH --prompt-tokens 8192 --new-tokens 256 --weights bf16 --out DIR
     tileinfer profile ceilings [--refresh]
-    tileinfer profile compare --reference REFERENCE.csv [--ours RESULTS.csv] --out DIR
+    tileinfer profile compare --reference REFERENCE.csv [--ours ROWS.jsonl ...] --out DIR
     tileinfer profile compiled [--arch 90] [--gpu "NVIDIA H200"] [--ops linear] --out DIR
 
 Without a GPU the sweeps default to tiny shapes (Triton under the interpreter) and every row says "cpu".
@@ -156,12 +156,17 @@ def _ceilings_cmd(args):
 def _compare(args):
     import pandas as pd
     from tileinfer_profiling import plots
-    from tileinfer_profiling.compare import load_reference, reference_fractions
+    from tileinfer_profiling.compare import bandwidth_comparison, load_reference, read_rows
 
     reference = load_reference(args.reference)
-    ours = pd.read_csv(args.ours, keep_default_na=False) if args.ours else None
-    fractions = reference_fractions(reference, ours)
-    _write(Path(args.out), "comparison", fractions, {"": plots.reference_figure(fractions)})
+    files = args.ours or []
+    jsonl = [f for f in files if str(f).endswith(".jsonl")]
+    frames = [read_rows(jsonl)] if jsonl else []
+    frames += [pd.read_csv(f, keep_default_na=False) for f in files if f not in jsonl]
+    ours = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    fractions = bandwidth_comparison(reference, ours, bandwidth=args.bandwidth)
+    _write(Path(args.out), "comparison", fractions,
+           {"": plots.reference_figure(fractions, bandwidth=args.bandwidth)})
 
 
 def _compiled(args):
@@ -236,7 +241,10 @@ def build_parser(prog="python -m tileinfer_profiling"):
     r = sub.add_parser("compare", help="the reference comparison as fractions of each GPU's bandwidth")
     r.add_argument("--reference", required=True, help="the comparison's figures: one per row (engine, gpu, "
                    "gpu_bandwidth_gbs, point, task, weights, metric, value, ...)")
-    r.add_argument("--ours", help="CSV of our bench rows (engine, gpu, gpu_bandwidth_gbs, point, task, weights, ...)")
+    r.add_argument("--ours", nargs="+", help="our bench rows: JSON-lines row files (comparison_1k_h200.jsonl ...) "
+                   "or CSVs (engine, gpu, gpu_bandwidth_gbs, point, task, weights, dflash, ...)")
+    r.add_argument("--bandwidth", choices=["datasheet", "recorded"], default="datasheet",
+                   help="divide by each GPU's datasheet bandwidth (as the reference's figures are) or by the rows' own")
     r.add_argument("--out", required=True)
     r.set_defaults(fn=_compare)
     return p

@@ -16,18 +16,12 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from tileinfer_profiling.ceilings import datasheet_bandwidth_gbs
+
 TRIALS = 5
 WARMUP_S = 1.0
 AGREEMENT = 0.01
 AGREEMENT_METRICS = ("decode_tok_s", "prefill_ms")
-
-# Datasheet read bandwidths, used (and flagged) when it cannot be measured. Longest match wins.
-DATASHEET_BANDWIDTH_GBS = {
-    "H200": 4800, "H100 PCIe": 2000, "H100": 3350, "A100-SXM4-80GB": 2039, "A100-PCIE-80GB": 1935,
-    "A100": 1555, "L40S": 864, "L4": 300, "RTX 4090": 1008, "RTX 4080 SUPER": 736, "RTX 4080": 717,
-    "RTX 3090": 936, "B200": 8000,
-}
-
 
 ENGINES = ("tileinfer", "vllm", "transformers", "dflash")
 
@@ -209,11 +203,6 @@ def format_table(summary):
 
 
 # --- the environment ------------------------------------------------------------------------------
-
-def datasheet_bandwidth_gbs(gpu_name):
-    matches = [k for k in DATASHEET_BANDWIDTH_GBS if k.lower() in gpu_name.lower()]
-    return DATASHEET_BANDWIDTH_GBS[max(matches, key=len)] if matches else math.nan
-
 
 def measure_read_bandwidth_gbs(nbytes=2 << 30, repeats=10):
     """GB/s of summing `nbytes` of bf16 on the current CUDA device (median of `repeats`)."""

@@ -61,7 +61,7 @@ def profile_for(profile, point, task):
     return profile.get(f"{point}:{task}", profile.get(task))
 
 
-def parse_args(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.ref.tileinfer_spec",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--model", help="target checkpoint directory or hub id in the local HF cache")
@@ -90,6 +90,11 @@ def parse_args(argv=None):
                     help="kill a worker process after this many seconds; its finished rows stay")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
+    return ap
+
+
+def parse_args(argv=None):
+    ap = build_parser()
     args = ap.parse_args(argv)
     if not args.model and not args.random_weights:
         ap.error("pass --model (and --draft) or --random-weights PRESET")
