@@ -29,7 +29,7 @@ SPEC_METRICS = {"vllm:spec_decode_num_drafts": "num_drafts",
                 "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens"}
 
 
-def parse_args(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.ref.vllm_spec", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="target checkpoint directory (BF16)")
     ap.add_argument("--draft", help="DFlash drafter checkpoint")
@@ -50,7 +50,11 @@ def parse_args(argv=None):
                     help="kill a worker process after this many seconds; its finished rows stay")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def build_llm_kwargs(args):
