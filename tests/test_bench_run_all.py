@@ -33,7 +33,20 @@ def _commands(text):
 
 
 def _arrays(text):
-    return {m.group(1): m.group(2) for m in re.finditer(r"(\w+_ARGS)=\((.*)\)", text)}
+    """Every array a script defines: name -> its elements as written (a later definition adds to it)."""
+    out = {}
+    for m in re.finditer(r"\b([A-Z_]+)=\(([^)]*)\)", text):
+        out[m.group(1)] = (out.get(m.group(1), "") + " " + m.group(2)).strip()
+    return out
+
+
+def _parser(module, args):
+    """The argparse parser a `python -m module args` command meets, or None."""
+    if module == "tileinfer_profiling":
+        from tileinfer_profiling.cli import build_parser
+        return build_parser()._subparsers._group_actions[0].choices[args.split()[0]]
+    mod = importlib.import_module(module)
+    return mod.build_parser() if hasattr(mod, "build_parser") else None
 
 
 @pytest.mark.parametrize("script", ["run_all.sh", "profile.sh"])
@@ -42,16 +55,16 @@ def test_scripts_pass_only_flags_their_modules_take(script):
     arrays = _arrays(text)
     checked = 0
     for module, args in _commands(text):
-        mod = importlib.import_module(module)
-        if not hasattr(mod, "build_parser"):
+        parser = _parser(module, args)
+        if parser is None:
             continue
         for name, body in arrays.items():
             args = args.replace(f'"${{{name}[@]}}"', body)
         flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", args))
-        known = set(mod.build_parser()._option_string_actions)
+        known = set(parser._option_string_actions)
         assert flags <= known, (module, flags - known)
         checked += 1
-    assert checked >= (4 if script == "run_all.sh" else 0)
+    assert checked >= (4 if script == "run_all.sh" else 1)
 
 
 @pytest.fixture

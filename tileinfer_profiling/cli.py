@@ -114,7 +114,6 @@ def _accept_profile(text):
 
 def _step(args):
     import tileinfer
-    from tileinfer_profiling import plots
     from tileinfer_profiling.step import profile_step
 
     # Only the options given: the engine's load() grows options over time.
@@ -134,11 +133,17 @@ def _step(args):
     _write(out, "kernels", prof.kernels, {})
     if prof.graph_kernels is not None:
         _write(out, "kernels-graphs", prof.graph_kernels, {})
-    _write(out, "per_layer", prof.per_layer(), {"": plots.per_layer_figure(prof.per_layer())})
     breakdown = prof.gemm_vs_attention()
-    _write(out, "gemm_vs_attention", breakdown.reset_index(), {"": plots.step_breakdown_figure(breakdown)})
-    _write(out, "tokens_per_step", _tps_frame(prof.tokens_per_step),
-           {"": plots.tokens_per_step_figure(prof.tokens_per_step)})
+    if args.csv_only:  # no plotly needed (a GPU image may lack it)
+        figures = {"per_layer": {}, "gemm_vs_attention": {}, "tokens_per_step": {}}
+    else:
+        from tileinfer_profiling import plots
+        figures = {"per_layer": {"": plots.per_layer_figure(prof.per_layer())},
+                   "gemm_vs_attention": {"": plots.step_breakdown_figure(breakdown)},
+                   "tokens_per_step": {"": plots.tokens_per_step_figure(prof.tokens_per_step)}}
+    _write(out, "per_layer", prof.per_layer(), figures["per_layer"])
+    _write(out, "gemm_vs_attention", breakdown.reset_index(), figures["gemm_vs_attention"])
+    _write(out, "tokens_per_step", _tps_frame(prof.tokens_per_step), figures["tokens_per_step"])
     print(prof.summary.T.to_string())
 
 
@@ -220,6 +225,7 @@ def build_parser(prog="python -m tileinfer_profiling"):
     t.add_argument("--max-positions", type=int)
     t.add_argument("--linear", choices=["ours", "cublas"], help="the engine's linear implementation")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--csv-only", action="store_true", help="write the tables only, no HTML figures")
     t.add_argument("--out", required=True)
     t.set_defaults(fn=_step)
 

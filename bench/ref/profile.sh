@@ -19,6 +19,8 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-300}   # seconds per task's profile
 OUT=${OUT:-bench/results/profile-$(date +%Y%m%d-%H%M%S)}
 PROFILE_DIR=${PROFILE_DIR:-$OUT/profile}
 mkdir -p "$OUT" "$PROFILE_DIR"
+# HTML figures need plotly (and narwhals); without them the tables alone
+FIGURES=(); $PY -c "import plotly, narwhals" 2>/dev/null || FIGURES=(--csv-only)
 
 if [[ -n "${RANDOM_WEIGHTS:-}" ]]; then
   read -r MODEL DRAFT < <($PY -c "from bench.ref.tileinfer_spec import prepare_random; print(*prepare_random('$RANDOM_WEIGHTS'))")
@@ -48,7 +50,7 @@ Path(out).write_text(json.dumps(ids))
 PY
   timeout "$STEP_TIMEOUT" $PY -m tileinfer_profiling step --model "$MODEL" --draft "$DRAFT" --weights "$WEIGHTS" \
     --prompt-ids "$PROFILE_DIR/$TASK-8k.ids.json" --max-new-tokens "$NEW_TOKENS" "${REPLAY[@]}" \
-    --out "$PROFILE_DIR/$TASK" > "$PROFILE_DIR/$TASK.log" 2>&1 \
+    "${FIGURES[@]}" --out "$PROFILE_DIR/$TASK" > "$PROFILE_DIR/$TASK.log" 2>&1 \
     || echo "profile of $TASK failed or ran past ${STEP_TIMEOUT}s: see $PROFILE_DIR/$TASK.log" >&2
 done
 TAG=$($PY -c "from bench.ref.metric import gpu_tag; from tileinfer_profiling.run_info import gpu_name; print(gpu_tag(gpu_name(None)))")

@@ -26,7 +26,7 @@ def summary_rows(profile_dir, tasks, point="8k", **columns):
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.ref.profile_summary", description=__doc__.split("\n")[0])
     ap.add_argument("profile_dir")
     ap.add_argument("--tasks", default="edit,explain")
@@ -35,7 +35,11 @@ def main(argv=None):
     ap.add_argument("--accept-mode", default="real")
     ap.add_argument("--command", required=True, help="the command that made the profiles, as typed at the root")
     ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     info = run_info()
     df = summary_rows(args.profile_dir, args.tasks.split(","), args.point, model=args.model,
                       accept_mode=args.accept_mode, gpu=info["gpu"], torch=info["torch"], triton=info["triton"],
