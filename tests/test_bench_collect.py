@@ -85,3 +85,24 @@ def test_a_worker_past_its_timeout_is_killed_and_its_rows_kept(tmp_path, capsys)
     rows = run_workers([("slow", slow)], out, timeout_s=2)
     assert rows == [{"a": 1}] and read_jsonl(out) == [{"a": 1}]
     assert "ran past 2 s and was killed" in capsys.readouterr().err
+
+
+def _expand(pattern):
+    """`a_{1k,8k}.{csv,md}` -> a_1k.csv, a_1k.md, a_8k.csv, a_8k.md."""
+    import itertools
+    import re
+    parts = re.split(r"\{([^}]*)\}", pattern)
+    choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def test_results_readme_lists_each_file_once():
+    from pathlib import Path
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    listed = []
+    for line in (results / "README.md").read_text().splitlines():
+        if line.startswith("| `"):
+            listed += _expand(line.split("`")[1])
+    files = sorted(p.name for p in results.iterdir() if p.name != "README.md")
+    assert [f for f in files if listed.count(f) != 1] == []
+    assert len(listed) == len(set(listed))  # files still to be recorded are listed once too
