@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.ref.metric import accept_mode, decode_tok_s, environment, gpu_tag, step_ms, timestamp
 from bench.ref.procs import progress
 from bench.ref.tileinfer_spec import (
-    bench_prompt, model_name, parse_accept_profile, parse_points, prepare_random, profile_for, prompt_ids,
+    add_checkpoint_arguments, bench_prompt, model_name, parse_accept_profile, parse_points, prepare_random, profile_for, prompt_ids,
 )
 from tileinfer_profiling.run_info import command_line
 
@@ -127,10 +127,7 @@ def to_dataframe(rows, env=None):
 
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.features", description=__doc__.split("\n")[0])
-    ap.add_argument("--model")
-    ap.add_argument("--draft")
-    ap.add_argument("--random-weights", metavar="PRESET")
-    ap.add_argument("--random-dir")
+    add_checkpoint_arguments(ap, "DFlash drafter checkpoint")
     ap.add_argument("--accept-profile", type=parse_accept_profile, default={},
                     help="replayed tokens per step of the DFlash settings, e.g. edit=7.1 or 1k:edit=7.1")
     ap.add_argument("--point", default="1k")

@@ -11,7 +11,7 @@ from importlib import metadata
 
 import torch
 
-from bench.peers.hf import Reply, load_model
+from bench.peers.hf import Reply
 
 ENGINE = "dflash"
 MODE = "eager"

@@ -13,19 +13,16 @@ caps replies (all engines, or one): a capped row says so in `note`.
 
 import argparse
 import json
-import sys
-import time
 from pathlib import Path
 
-from bench.ref.metric import (
-    Row, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
+from bench.ref.metric import Row, decode_tok_s, environment, measure, timestamp, validate_row
+from bench.ref.procs import add_run_arguments, emit_row
+from bench.ref.tileinfer_spec import (
+    add_checkpoint_arguments, base_worker_argv, coordinate, model_name, parse_checked, parse_points,
+    prepare_checkpoints, prompt_ids,
 )
-from bench.ref.procs import emit_row, run_workers
-from bench.ref.tileinfer_spec import parse_points, prepare_random, prompt_ids
-from tileinfer_profiling.prompts import POINTS
 from tileinfer_profiling.run_info import command_line
 
-REPO = Path(__file__).resolve().parents[2]
 ENGINES = ("hf-eager", "hf-compile", "dflash-ref")
 RANDOM_DFLASH_NOTE = ("random weights: the drafts are almost never accepted, so decode tok/s is its step rate; "
                       "its step costs drafter_ms_per_step + verify_ms_per_step at any acceptance")
@@ -65,35 +62,19 @@ def new_tokens_for(caps, engine, point):
 
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.peers.spec", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", help="target checkpoint directory or hub id in the local HF cache")
-    ap.add_argument("--draft", help="DFlash drafter checkpoint (for dflash-ref)")
-    ap.add_argument("--random-weights", metavar="PRESET", help="the random-weight checkpoints of tileinfer_spec")
-    ap.add_argument("--random-dir", help="where the random checkpoints are written (kept for reuse)")
+    add_checkpoint_arguments(ap, "DFlash drafter checkpoint (for dflash-ref)")
     ap.add_argument("--engines", type=parse_engines, default=list(ENGINES))
     ap.add_argument("--points", type=parse_points, default=parse_points("1k,8k"))
     ap.add_argument("--tasks", default="edit,explain")
     ap.add_argument("--new-tokens", type=parse_new_tokens, default={},
                     help="cap the replies: N for every engine, engine=N for one (e.g. 256,dflash-ref=32)")
-    ap.add_argument("--processes", type=int, default=None,
-                    help="fresh processes per engine and point (default: 3 at 1k, 2 at 8k)")
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--device", default=None)
-    ap.add_argument("--datasheet-bandwidth", action="store_true")
-    ap.add_argument("--timeout-s", type=float, default=None,
-                    help="kill a worker process after this many seconds; its finished rows stay")
-    ap.add_argument("--out", help="JSONL file the rows are appended to (default bench/results/peers-<time>.jsonl)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
+    add_run_arguments(ap, "bench/results/peers-<time>.jsonl")
     return ap
 
 
 def parse_args(argv=None):
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    if not args.model and not args.random_weights:
-        ap.error("pass --model (and --draft) or --random-weights PRESET")
-    return args
+    return parse_checked(build_parser(), argv)
 
 
 def _format_new_tokens(caps):
@@ -101,17 +82,9 @@ def _format_new_tokens(caps):
 
 
 def worker_argv(args, engine, point, process):
-    argv = [sys.executable, "-m", "bench.peers.spec", "--worker", "--process", str(process),
-            "--engines", engine, "--tasks", args.tasks, "--trials", str(args.trials), "--warmup-s", str(args.warmup_s),
-            "--points", point.name if point.name in POINTS else f"{point.prompt_tokens}/{point.new_tokens}"]
-    if not getattr(args, "prepared", False):  # checkpoints the workers write themselves are not named
-        argv += ["--model", args.model] + (["--draft", args.draft] if args.draft else [])
-    for flag, value in (("--random-weights", args.random_weights), ("--random-dir", args.random_dir),
-                        ("--device", args.device), ("--new-tokens", _format_new_tokens(args.new_tokens))):
-        if value:
-            argv += [flag, value]
-    if args.datasheet_bandwidth:
-        argv.append("--datasheet-bandwidth")
+    argv = base_worker_argv("bench.peers.spec", args, point, process) + ["--engines", engine]
+    if args.new_tokens:
+        argv += ["--new-tokens", _format_new_tokens(args.new_tokens)]
     return argv
 
 
@@ -179,7 +152,7 @@ def run_worker(args, make_runner=build_runner, emit=emit_row):
             command=command_line(), weights_kind="random" if random_weights else "real", accept_mode="real",
             timestamp=timestamp(), latency_trials_ms=timing.latency_trials_ms,
             prefill_trials_ms=timing.prefill_trials_ms,
-            model=args.random_weights or Path(str(args.model)).name, version=runner.version, mode=runner.mode,
+            model=model_name(args), version=runner.version, mode=runner.mode,
             note="; ".join(n for n in notes if n), drafter_ms_per_step=drafter_ms, verify_ms_per_step=verify_ms,
         ).as_dict()
         emit(validate_row(row))
@@ -189,21 +162,11 @@ def run_worker(args, make_runner=build_runner, emit=emit_row):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.random_weights and not args.model:
-        args.model, args.draft = prepare_random(args.random_weights, args.random_dir)
-        args.prepared = True
+    prepare_checkpoints(args)
     if args.worker:
         run_worker(args)
         return
-    out = Path(args.out or REPO / "bench" / "results" / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = run_workers(jobs(args), out, desc="peer processes", timeout_s=args.timeout_s)
-    if not rows:
-        raise SystemExit("no rows were produced")
-    table = format_table(summarize(rows))
-    print(table)
-    out.with_suffix(".md").write_text(table)
-    print(f"{len(rows)} rows in {out}", file=sys.stderr)
+    coordinate(jobs(args), args.out, "peers", args.timeout_s, desc="peer processes")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Fresh processes per configuration: a worker prints its rows as `ROW <json>` lines, the parent appends
 each to the output file as it arrives, so an interrupted or timed-out run keeps every finished row."""
 
+import argparse
 import json
 import os
 import signal
@@ -18,6 +19,22 @@ def emit_row(row, stream=None):
     stream = stream or sys.stdout
     stream.write(ROW_PREFIX + json.dumps(row) + "\n")
     stream.flush()
+
+
+def add_run_arguments(ap, out_default):
+    """The arguments every spec script shares: processes, trials, warm-up, bandwidth source, worker
+    timeout, output file, and the hidden ones of its worker processes."""
+    ap.add_argument("--processes", type=int, default=None,
+                    help="fresh processes per configuration (default: 3 at 1k, 2 at 8k)")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--warmup-s", type=float, default=1.0)
+    ap.add_argument("--datasheet-bandwidth", action="store_true",
+                    help="take the GPU's bandwidth from the datasheet table instead of measuring it")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="kill a worker process after this many seconds; its finished rows stay")
+    ap.add_argument("--out", help=f"JSONL file the rows are appended to (default {out_default})")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def progress(iterable, **kw):

@@ -10,18 +10,16 @@ prompts are the same token ids TileInfer gets. vLLM is imported only inside the 
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from bench.ref.metric import (
-    Row, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
+    Row, decode_tok_s, environment, measure, timestamp, validate_row,
 )
-from bench.ref.procs import emit_row, run_workers
-from bench.ref.tileinfer_spec import BENCH_ROOT, parse_points
+from bench.ref.procs import add_run_arguments, emit_row
+from bench.ref.tileinfer_spec import BENCH_ROOT, coordinate, parse_points
 from tileinfer_profiling.prompts import POINTS, load_prompt, tokenizer_from_path
 from tileinfer_profiling.run_info import command_line
 
-REPO = Path(__file__).resolve().parents[2]
 NUM_SPECULATIVE_TOKENS = 15
 VLLM_COMPILE = 3  # CompilationMode.VLLM_COMPILE: torch.compile + CUDA graphs (vLLM's default, written out)
 MODE = "compile+cuda-graphs"  # what the rows' `mode` says
@@ -39,17 +37,9 @@ def build_parser():
     ap.add_argument("--tasks", default="edit,explain")
     ap.add_argument("--weights", default="bf16,int8")
     ap.add_argument("--dflash", default="on")
-    ap.add_argument("--processes", type=int, default=None)
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--attention-backend", default=None, help="e.g. TRITON_ATTN (default: vLLM's choice)")
-    ap.add_argument("--datasheet-bandwidth", action="store_true")
-    ap.add_argument("--out", help="JSONL file the rows are appended to")
-    ap.add_argument("--timeout-s", type=float, default=None,
-                    help="kill a worker process after this many seconds; its finished rows stay")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
+    add_run_arguments(ap, "bench/results/vllm-<time>.jsonl")
     return ap
 
 
@@ -195,8 +185,6 @@ def main(argv=None):
         raise SystemExit("vLLM is not installed here: skipping the vLLM half of the comparison")
     if "int8" in args.weights.split(",") and not args.int8_model:
         args.int8_model = export_int8(args.model)
-    out = Path(args.out or REPO / "bench" / "results" / f"vllm-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    out.parent.mkdir(parents=True, exist_ok=True)
     jobs = []
     for point in args.points:
         for weights in args.weights.split(","):
@@ -215,11 +203,7 @@ def main(argv=None):
                     if args.datasheet_bandwidth:
                         argv_w.append("--datasheet-bandwidth")
                     jobs.append((f"{point.name} {weights} dflash={dflash} #{process}", argv_w))
-    rows = run_workers(jobs, out, timeout_s=args.timeout_s)
-    if rows:
-        table = format_table(summarize(rows))
-        print(table)
-        out.with_suffix(".md").write_text(table)
+    coordinate(jobs, args.out, "vllm", args.timeout_s)
 
 
 if __name__ == "__main__":
