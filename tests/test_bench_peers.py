@@ -119,8 +119,8 @@ def test_worker_rows_on_a_tiny_checkpoint(tiny, engine):
     pytest.importorskip("dflash.model") if engine == "dflash-ref" else None
     target, drafter = tiny
     args = spec.parse_args(["--worker", "--model", target, "--draft", drafter, "--random-weights", "tiny",
-                            "--points", "320/24", "--engines", engine, "--trials", "1", "--warmup-s", "0",
-                            "--new-tokens", "dflash-ref=6", "--process", "1"])
+                            "--points", "320/24", "--engines", engine, "--trials", "3", "--warmup-s", "0",
+                            "--new-tokens", "dflash-ref=12", "--process", "1"])
     emitted = []
     rows = spec.run_worker(args, emit=emitted.append)
     assert rows == emitted and [r["task"] for r in rows] == ["edit", "explain"]
@@ -132,7 +132,7 @@ def test_worker_rows_on_a_tiny_checkpoint(tiny, engine):
     row = rows[0]
     if engine == "dflash-ref":
         assert (row["engine"], row["mode"], row["dflash"], row["block_size"]) == ("dflash", "eager", True, 4)
-        assert row["new_tokens"] == 6 and "capped at 6 of the point's 24" in row["note"]
+        assert row["new_tokens"] == 12 and "capped at 12 of the point's 24" in row["note"]
         assert "random weights" in row["note"] and 1 <= row["tokens_per_step"] <= 4
         assert row["steps"] >= 1 and row["drafter_ms_per_step"] > 0 and row["verify_ms_per_step"] > 0
     else:

@@ -86,7 +86,12 @@ class Generate:
 
     @property
     def compiled(self):
-        return getattr(self.model, "_compiled_call", None) is not None
+        """Whether `generate` compiled its decode call: the model keeps it (`_compiled_call`), or Dynamo
+        counted a graph."""
+        if getattr(self.model, "_compiled_call", None) is not None:
+            return True
+        from torch._dynamo.utils import counters
+        return bool(counters["stats"].get("unique_graphs"))
 
 
 class CompiledLoop:
