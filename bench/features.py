@@ -125,6 +125,19 @@ def to_dataframe(rows, env=None):
     return df
 
 
+def recorded_command(argv):
+    """The command as the rows record it: where the tables were written (--out-dir) is left out."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out-dir":
+            skip = True
+        elif not arg.startswith("--out-dir="):
+            kept.append(arg)
+    return command_line(kept)
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.features", description=__doc__.split("\n")[0])
     add_checkpoint_arguments(ap, "DFlash drafter checkpoint")
@@ -162,7 +175,7 @@ def main(argv=None):
     env = environment() | {"point": point.name, "task": args.task, "model": model_name(args),
                            "weights_kind": "random" if random_weights else "real",
                            "accept_mode": accept_mode(base["accept_profile"]),
-                           "timestamp": timestamp(), "command": command_line()}
+                           "timestamp": timestamp(), "command": recorded_command(sys.argv)}
     rows = feature_table(make_engine, ids, point.new_tokens, base, trials=args.trials,
                          warmup_s=args.warmup_s, engines={(): first})
     out = Path(args.out_dir)

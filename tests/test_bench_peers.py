@@ -133,7 +133,8 @@ def test_worker_rows_on_a_tiny_checkpoint(tiny, engine):
     if engine == "dflash-ref":
         assert (row["engine"], row["mode"], row["dflash"], row["block_size"]) == ("dflash", "eager", True, 4)
         assert row["new_tokens"] == 12 and "capped at 12 of the point's 24" in row["note"]
-        assert "random weights" in row["note"] and 1 <= row["tokens_per_step"] <= 4
+        assert "random weights" in row["note"] and "on transformers" in row["note"]
+        assert 1 <= row["tokens_per_step"] <= 4
         assert row["steps"] >= 1 and row["drafter_ms_per_step"] > 0 and row["verify_ms_per_step"] > 0
     else:
         assert row["engine"] == "transformers" and not row["dflash"] and row["block_size"] == 1

@@ -11,6 +11,7 @@ from importlib import metadata
 
 import torch
 
+from bench.peers import hf
 from bench.peers.hf import Reply
 
 ENGINE = "dflash"
@@ -58,7 +59,6 @@ class DFlashRefRunner:
     engine = ENGINE
     mode = MODE
     dflash = True
-    note = ""
 
     def __init__(self, target, drafter, stop_ids=None):
         import dflash.model as dm
@@ -66,6 +66,7 @@ class DFlashRefRunner:
         self.stop_ids = list(stop_ids) if stop_ids else None
         self.block_size = int(drafter.block_size)
         self.version = version()
+        self.note = f"on transformers {hf.version()}"
         if target.device.type != "cuda":  # its stats timer synchronizes CUDA
             dm._cuda_time = time.perf_counter
 
