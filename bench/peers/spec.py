@@ -69,7 +69,7 @@ def build_parser():
     ap.add_argument("--new-tokens", type=parse_new_tokens, default={},
                     help="cap the replies: N for every engine, engine=N for one (e.g. 256,dflash-ref=32)")
     ap.add_argument("--device", default=None)
-    add_run_arguments(ap, "bench/results/peers-<time>.jsonl")
+    add_run_arguments(ap, "bench/runs/peers-<time>.jsonl")
     return ap
 
 

@@ -16,7 +16,7 @@ DRAFT=${DRAFT:-z-lab/Qwen3-4B-DFlash-b16}
 NEW_TOKENS=${NEW_TOKENS:-256}
 WEIGHTS=${WEIGHTS:-bf16}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}   # seconds per task's profile
-OUT=${OUT:-bench/results/profile-$(date +%Y%m%d-%H%M%S)}
+OUT=${OUT:-bench/runs/profile-$(date +%Y%m%d-%H%M%S)}
 PROFILE_DIR=${PROFILE_DIR:-$OUT/profile}
 mkdir -p "$OUT" "$PROFILE_DIR"
 # HTML figures need plotly (and narwhals); without them the tables alone

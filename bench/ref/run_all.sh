@@ -6,7 +6,7 @@
 #   bench/ref/run_all.sh                                    # every part (real weights: MODEL, DRAFT)
 #   RANDOM_WEIGHTS=qwen3-4b bench/ref/run_all.sh 1k features  # some parts, random Qwen3-4B-shaped weights
 #
-# Parts, each sized for one call of at most ~9 minutes on an H200 (bench/ref/README.md):
+# Parts, each sized for one call of at most ~8 minutes on an H200 (bench/ref/README.md):
 #   1k        TileInfer, 1k, BF16/INT8 x DFlash on/off           -> $OUT/tileinfer.jsonl
 #   8k-bf16   TileInfer, 8k, BF16 x DFlash on/off                -> $OUT/tileinfer.jsonl
 #   8k-int8   TileInfer, 8k, INT8 x DFlash on/off                -> $OUT/tileinfer.jsonl
@@ -17,7 +17,8 @@
 #   peers-8k  the same at 8k, replies capped at 128 tokens           -> $OUT/peers.jsonl
 #   vllm      vLLM where it is installed (real weights only)     -> $OUT/vllm.jsonl
 # Rows are appended and flushed as each prompt finishes, so a part killed midway keeps its rows; each
-# worker process has a timeout. A summary of every row file in $OUT ends each call ($OUT/summary.md).
+# worker process has a timeout. A summary of every row file in $OUT (default bench/runs/run-<time>) ends
+# each call ($OUT/summary.md).
 # The revision must be a clean commit (TILEINFER_GIT_REV where the tree has no .git); ALLOW_DIRTY=1 to
 # measure anyway. `python -m bench.ref.collect DIR...` files the rows of several calls into bench/results.
 set -euo pipefail
@@ -38,7 +39,7 @@ PEER_NEW_TOKENS_1K=${PEER_NEW_TOKENS_1K:-dflash-ref=16}
 PEER_NEW_TOKENS_8K=${PEER_NEW_TOKENS_8K:-128,dflash-ref=16}
 # the comparison's BF16 tokens per step per point and task (reference.csv): 1k:edit=7.1,...,8k:edit=1.87,...
 ACCEPT_PROFILE=${ACCEPT_PROFILE:-$($PY -m bench.ref.reference accept-profile 1k,8k)}
-OUT=${OUT:-bench/results/run-$(date +%Y%m%d-%H%M%S)}
+OUT=${OUT:-bench/runs/run-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 PARTS=("$@")
 [[ ${#PARTS[@]} -eq 0 || "${PARTS[0]}" == all ]] && PARTS=(1k 8k-bf16 8k-int8 features profile sizes peers-1k peers-8k vllm)

@@ -83,7 +83,7 @@ def build_parser():
     ap.add_argument("--dflash", default="on,off")
     ap.add_argument("--block-size", type=int, default=None, help="DFlash block (default: the drafter's)")
     ap.add_argument("--device", default=None)
-    add_run_arguments(ap, "bench/results/tileinfer-<time>.jsonl")
+    add_run_arguments(ap, "bench/runs/tileinfer-<time>.jsonl")
     return ap
 
 
@@ -234,9 +234,9 @@ def prepare_checkpoints(args):
 
 
 def coordinate(jobs, out, name, timeout_s=None, desc="configurations"):
-    """Run the (label, argv) workers, their rows appended to `out` (default bench/results/<name>-<time>.jsonl);
+    """Run the (label, argv) workers, their rows appended to `out` (default bench/runs/<name>-<time>.jsonl);
     print the summary and write it beside the rows as markdown; return the rows."""
-    out = Path(out or REPO / "bench" / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    out = Path(out or REPO / "bench" / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = run_workers(jobs, out, desc=desc, timeout_s=timeout_s)
     if not rows:

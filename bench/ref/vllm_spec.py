@@ -39,7 +39,7 @@ def build_parser():
     ap.add_argument("--dflash", default="on")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--attention-backend", default=None, help="e.g. TRITON_ATTN (default: vLLM's choice)")
-    add_run_arguments(ap, "bench/results/vllm-<time>.jsonl")
+    add_run_arguments(ap, "bench/runs/vllm-<time>.jsonl")
     return ap
 
 
