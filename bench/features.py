@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.ref.metric import decode_tok_s, environment, step_ms, timestamp
+from bench.ref.metric import accept_mode, decode_tok_s, environment, gpu_tag, step_ms, timestamp
 from bench.ref.procs import progress
 from bench.ref.tileinfer_spec import (
-    bench_prompt, parse_accept_profile, parse_points, prepare_random, prompt_ids,
+    add_checkpoint_arguments, bench_prompt, model_name, parse_accept_profile, parse_points, prepare_random, profile_for, prompt_ids,
 )
+from tileinfer_profiling.run_info import command_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -124,20 +125,35 @@ def to_dataframe(rows, env=None):
     return df
 
 
-def main(argv=None):
+def recorded_command(argv):
+    """The command as the rows record it: where the tables were written (--out-dir) is left out."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out-dir":
+            skip = True
+        elif not arg.startswith("--out-dir="):
+            kept.append(arg)
+    return command_line(kept)
+
+
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.features", description=__doc__.split("\n")[0])
-    ap.add_argument("--model")
-    ap.add_argument("--draft")
-    ap.add_argument("--random-weights", metavar="PRESET")
-    ap.add_argument("--random-dir")
+    add_checkpoint_arguments(ap, "DFlash drafter checkpoint")
     ap.add_argument("--accept-profile", type=parse_accept_profile, default={},
-                    help="replayed tokens per step of the DFlash settings, e.g. edit=7.1")
+                    help="replayed tokens per step of the DFlash settings, e.g. edit=7.1 or 1k:edit=7.1")
     ap.add_argument("--point", default="1k")
     ap.add_argument("--task", default="edit")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out-dir", default=str(REPO / "bench" / "results"))
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.random_weights and not args.model:
         args.model, args.draft = prepare_random(args.random_weights, args.random_dir)
@@ -155,21 +171,22 @@ def main(argv=None):
     ids = prompt_ids(args.task, point, first.tokenizer, first.config.vocab_size,
                      Path(str(args.model)).name, random_weights)
     base = {"stop_ids": [] if random_weights else None,
-            "accept_profile": args.accept_profile.get(args.task)}
-    env = environment() | {"point": point.name, "task": args.task,
+            "accept_profile": profile_for(args.accept_profile, point.name, args.task)}
+    env = environment() | {"point": point.name, "task": args.task, "model": model_name(args),
                            "weights_kind": "random" if random_weights else "real",
-                           "accept_mode": f"replay:{base['accept_profile']:g}" if base["accept_profile"] else "real",
-                           "timestamp": timestamp()}
+                           "accept_mode": accept_mode(base["accept_profile"]),
+                           "timestamp": timestamp(), "command": recorded_command(sys.argv)}
     rows = feature_table(make_engine, ids, point.new_tokens, base, trials=args.trials,
                          warmup_s=args.warmup_s, engines={(): first})
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"features-{env['gpu']}-{point.name}-{args.task}".replace(" ", "_").replace("/", "-")
+    stem = f"features_{point.name}_{args.task}_{gpu_tag(env['gpu'])}".replace("/", "-")
     to_dataframe(rows, env).to_csv(out / f"{stem}.csv", index=False)
     table = to_markdown(rows)
-    header = (f"Results by feature: {env['gpu']} ({env['gpu_bandwidth_gbs']} GB/s), {point.name} "
-              f"{args.task}, {env['weights_kind']} weights, acceptance {env['accept_mode']}, "
-              f"git {env['git_rev']}\n\nreference = {REFERENCE_TEXT}; each row switches one feature.\n\n")
+    header = (f"Results by feature: {env['gpu']} ({env['gpu_bandwidth_gbs']} GB/s), {env['model']}, "
+              f"{point.name} {args.task}, {env['weights_kind']} weights, acceptance {env['accept_mode']}, "
+              f"git {env['git_rev']}\n\nreference = {REFERENCE_TEXT}; each row switches one feature.\n"
+              f"`{env['command']}`\n\n")
     (out / f"{stem}.md").write_text(header + table)
     print(header + table)
 

@@ -78,3 +78,10 @@ def test_unsupported_switch_is_reported_not_fatal():
     assert "linear" in by["skinny GEMMs (vs cuBLAS)"]["error"]
     assert by["CUDA graphs"]["error"] == "" and by["CUDA graphs"]["ratio"] == pytest.approx(1.5)
     assert "not measured" in to_markdown(rows)
+
+
+def test_recorded_command_leaves_out_where_the_tables_went():
+    from bench.features import recorded_command
+    command = recorded_command(["x.py", "--random-weights", "qwen3-4b", "--out-dir", "/abs/out", "--point", "1k",
+                                "--out-dir=/abs/other"])
+    assert "--random-weights qwen3-4b" in command and "--point 1k" in command and "/abs" not in command

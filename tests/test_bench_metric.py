@@ -135,3 +135,19 @@ def test_datasheet_bandwidth():
     assert datasheet_bandwidth_gbs("NVIDIA GeForce RTX 4080") == 717
     assert datasheet_bandwidth_gbs("NVIDIA H200") == 4800
     assert math.isnan(datasheet_bandwidth_gbs("Some GPU"))
+
+
+def test_peer_rows_and_rows_recorded_before_the_optional_fields():
+    from pathlib import Path
+    recorded = Path(__file__).resolve().parents[1] / "bench" / "results"
+    old = [r for p in sorted(recorded.glob("comparison_*_h200.jsonl")) for r in read_jsonl(p)]
+    assert old and all(validate_row(r) for r in old)  # no model, version, mode: still valid
+    peer = make_row(engine="transformers", version="5.17.0", mode="static-compile", model="qwen3-4b",
+                    dflash=False, block_size=1, note="reply capped")
+    assert validate_row(peer) is peer and validate_row(make_row(engine="dflash", mode="eager"))
+    with pytest.raises(ValueError, match="engine must be one of tileinfer, vllm, transformers, dflash"):
+        validate_row(peer | {"engine": "sglang"})
+    summary = summarize(old + [peer])
+    assert {(s["engine"], s["mode"]) for s in summary} >= {("tileinfer", ""), ("transformers", "static-compile")}
+    table = format_table(summary)
+    assert "| transformers static-compile | qwen3-4b | 1k |" in table and "one process: unchecked" in table

@@ -91,3 +91,8 @@ def test_the_bench_scripts_replay_the_comparison_s_tokens_per_step(capsys):
     assert ref.accept_profile("1k") == "edit=7.1,explain=2.9"
     ref.main(["accept-profile", "8k", "--tasks", "edit"])
     assert capsys.readouterr().out == "edit=1.87\n"
+
+
+def test_accept_profile_of_several_points():
+    assert ref.accept_profile("1k") == "edit=7.1,explain=2.9"
+    assert ref.accept_profile("1k,8k") == "1k:edit=7.1,1k:explain=2.9,8k:edit=1.87,8k:explain=2.5"

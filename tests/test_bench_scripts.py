@@ -23,7 +23,7 @@ def test_scripts_parse(script):
 
 def test_profile_sh_calls_the_step_profiler_with_flags_it_takes():
     text = (REF / "profile.sh").read_text()
-    command = text[text.index("python -m tileinfer_profiling step"):].split("\ndone")[0]
+    command = text[text.index("-m tileinfer_profiling step"):].split("\ndone")[0]
     flags = re.findall(r"(--[a-z-]+)", command)
     step = build_parser()._subparsers._group_actions[0].choices["step"]
     assert flags and set(flags) <= set(step._option_string_actions), flags

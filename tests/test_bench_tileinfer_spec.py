@@ -108,3 +108,17 @@ def test_worker_on_a_tiny_random_checkpoint(tmp_path):
     rows = spec.run_worker(args, load=load, emit=lambda row: None)
     assert [r["prompt_tokens"] for r in rows] == [320, 320]
     assert all(r["new_tokens"] == 8 and r["accept_mode"].startswith("replay:") for r in rows)
+
+
+def test_replayed_tokens_per_step_per_point():
+    profile = spec.parse_accept_profile("1k:edit=7.1,8k:edit=1.87,explain=2.9")
+    assert spec.profile_for(profile, "8k", "edit") == 1.87 and spec.profile_for(profile, "1k", "edit") == 7.1
+    assert spec.profile_for(profile, "8k", "explain") == 2.9 and spec.profile_for(profile, "32k", "edit") is None
+    engine, emitted = FakeEngine(vocab_size=200), []
+    args = spec.parse_args(["--worker", "--model", "/ckpt/t", "--draft", "/ckpt/d", "--random-weights", "qwen3-4b",
+                            "--points", "8k", "--weights", "bf16", "--dflash", "on", "--trials", "1",
+                            "--warmup-s", "0", "--accept-profile", "1k:edit=7.1,8k:edit=1.87,1k:explain=2.9,"
+                            "8k:explain=2.5", "--tasks", "edit"])
+    (row,) = spec.run_worker(args, load=lambda *a, **k: engine, emit=emitted.append)
+    assert row["accept_mode"] == "replay:1.87" and {c["accept_profile"] for c in engine.calls} == {1.87}
+    assert (row["model"], row["mode"], row["version"]) == ("qwen3-4b", "cuda-graphs", "0.1.0")

@@ -65,6 +65,10 @@ def test_compare_writes_fractions(tmp_path):
     df = pd.read_csv(tmp_path / "comparison.csv")
     assert {"engine", "gpu", "bandwidth_fraction"} <= set(df.columns)
     assert "fraction of the GPU" in (tmp_path / "comparison.html").read_text()
+    recorded = sorted((REFERENCE_CSV.parents[1] / "results").glob("comparison_*_h200.jsonl"))
+    main(["compare", "--reference", str(REFERENCE_CSV), "--ours", *map(str, recorded), "--out", str(tmp_path)])
+    df = pd.read_csv(tmp_path / "comparison.csv")
+    assert "TileInfer (this project) · NVIDIA H200" in set(df["label"])
 
 
 @pytest.mark.slow

@@ -1,3 +1,4 @@
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -8,7 +9,9 @@ from tests.test_profiling_trace import _gpu_trace_with_launches
 from tileinfer_profiling import plots
 from tileinfer_profiling.aggregate import gemm_vs_attention_ms
 from tileinfer_profiling.ceilings import H200
-from tileinfer_profiling.compare import load_reference, reference_fractions, tokens_per_step
+from tileinfer_profiling.compare import (
+    bandwidth_comparison, bandwidth_comparison_figure, load_reference, read_rows, reference_fractions, tokens_per_step,
+)
 from tileinfer.errors import ConfigError
 from tileinfer_profiling.trace import kernels_from_events
 
@@ -82,6 +85,7 @@ def test_reference_comparison_as_bandwidth_fractions():
     assert fr.loc["vllm", "bandwidth_fraction"] == pytest.approx(expected, rel=1e-3)
     fig = plots.reference_figure(fr.reset_index())
     assert _names(fig) == ["vllm · RTX 4080 SUPER", "tileinfer · NVIDIA H200"]
+    assert set(fr["source"]) == {"reference", "ours"}
     assert "fraction of the GPU's memory bandwidth" in fig.layout.yaxis.title.text
 
 
@@ -112,3 +116,46 @@ def test_a_trace_without_layer_ranges_says_so():
     empty = pd.DataFrame(columns=["model", "layer", "part", "time_ms"])
     fig = plots.per_layer_figure(empty)
     assert not fig.data and "no layer.N.* ranges" in fig.layout.annotations[0].text
+
+
+def _rows_file(path, rows):
+    import json
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_comparison_chart_puts_our_bars_beside_the_reference(tmp_path):
+    base = dict(engine="tileinfer", gpu="NVIDIA H200", gpu_bandwidth_gbs=4000.0, point="1k", task="edit", weights="bf16",
+                prompt_tokens=1024, new_tokens=128, tokens_per_step=7.1, dflash=True)
+    ours = [base | dict(decode_tok_s=1800.0 + p, process=p, model="qwen3-4b") for p in range(3)]
+    ours += [base | dict(decode_tok_s=300.0, tokens_per_step=1.0, dflash=False, model="qwen3-4b"),  # plain: no bar
+             base | dict(decode_tok_s=900.0, model="qwen3-8b"),  # another model: not the comparison's
+             base | dict(point="8k", prompt_tokens=8192, new_tokens=2048, decode_tok_s=436.0, tokens_per_step=1.87)]
+    files = [_rows_file(tmp_path / "a.jsonl", ours[:4]), _rows_file(tmp_path / "b.jsonl", ours[4:])]
+    rows = read_rows(files)
+    assert (rows.loc[5, "model"], rows.loc[5, "mode"]) == ("", "")  # an older row: no model named
+    reference = load_reference(REFERENCE_CSV)
+    fr = bandwidth_comparison(reference, rows)
+    mine = fr[fr["source"] == "ours"].set_index("point")
+    assert list(mine.index) == ["1k", "8k"] and mine.loc["1k", "decode_tok_s"] == 1801.0
+    assert (mine["gpu_bandwidth_gbs"] == 4800).all() and (mine["label"] == "TileInfer (this project) · NVIDIA H200").all()
+    recorded = bandwidth_comparison(reference, rows, bandwidth="recorded").set_index(["source", "point", "task", "weights"])
+    assert recorded.loc[("ours", "1k", "edit", "bf16"), "bandwidth_fraction"] == pytest.approx(
+        mine.loc["1k", "bandwidth_fraction"] * 4800 / 4000)
+    assert set(fr["label"]) == {"vLLM · RTX 4080 SUPER", "TileInfer (original) · RTX 4080 SUPER",
+                                "TileInfer (this project) · NVIDIA H200"}
+    with pytest.raises(ConfigError, match="bandwidth"):
+        bandwidth_comparison(reference, rows, bandwidth="peak")
+    fig = bandwidth_comparison_figure(REFERENCE_CSV, files)
+    assert _names(fig) == ["vLLM · RTX 4080 SUPER", "TileInfer (original) · RTX 4080 SUPER",
+                           "TileInfer (this project) · NVIDIA H200"]
+    assert list(fig.data[0].x)[:2] == ["1k edit bf16", "1k edit int8"] and list(fig.data[0].x)[-1] == "8k explain int8"
+    ours_bars = dict(zip(fig.data[2].x, fig.data[2].y))
+    assert ours_bars["1k edit bf16"] > 0 and math.isnan(ours_bars["1k explain bf16"])
+    assert "datasheet bandwidth" in fig.layout.yaxis.title.text
+
+
+def test_the_recorded_comparison_rows_chart():
+    results = REFERENCE_CSV.parents[1] / "results"
+    fig = bandwidth_comparison_figure(REFERENCE_CSV, sorted(results.glob("comparison_*_h200.jsonl")))
+    assert "TileInfer (this project) · NVIDIA H200" in _names(fig)

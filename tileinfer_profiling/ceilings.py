@@ -6,6 +6,7 @@ H200 the read-only sum of 2 GiB runs at 4.19 TB/s against 4.8 on paper (`H200` b
 
 import datetime
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,20 @@ H200 = Ceilings(gpu="NVIDIA H200", read_gbs=4190.0, copy_gbs=4270.0, bf16_tflops
                 method="sum of a 2 GiB bf16 tensor; device-to-device copy; cuBLAS bf16 8192³ matmul")
 # Memory bandwidth on the datasheet (GB/s): the bound above the measured ceilings.
 DATASHEET_GBS = {"NVIDIA H200": 4800.0}
+
+
+# Datasheet read bandwidths (GB/s), for GPUs whose rows carry no measured figure. Longest match wins.
+DATASHEET_BANDWIDTH_GBS = {
+    "H200": 4800, "H100 PCIe": 2000, "H100": 3350, "A100-SXM4-80GB": 2039, "A100-PCIE-80GB": 1935,
+    "A100": 1555, "L40S": 864, "L4": 300, "RTX 4090": 1008, "RTX 4080 SUPER": 736, "RTX 4080": 717,
+    "RTX 3090": 936, "B200": 8000,
+}
+
+
+def datasheet_bandwidth_gbs(gpu_name):
+    """The datasheet's read bandwidth of a GPU by name (NaN when the table has none)."""
+    matches = [k for k in DATASHEET_BANDWIDTH_GBS if k.lower() in gpu_name.lower()]
+    return DATASHEET_BANDWIDTH_GBS[max(matches, key=len)] if matches else math.nan
 
 
 def cache_path(gpu, cache_dir=None):

@@ -6,7 +6,7 @@ comparison and compiled kernels as CSV + HTML.
     tileinfer profile sweep drafter-attention [--kv-lens ...] [--num-splits ...] --out DIR
     tileinfer profile step --model PATH --draft PATH --prompt-tokens 8192 --new-tokens 256 --weights bf16 --out DIR
     tileinfer profile ceilings [--refresh]
-    tileinfer profile compare --reference REFERENCE.csv [--ours RESULTS.csv] --out DIR
+    tileinfer profile compare --reference REFERENCE.csv [--ours ROWS.jsonl ...] --out DIR
     tileinfer profile compiled [--arch 90] [--gpu "NVIDIA H200"] [--ops linear] --out DIR
 
 Without a GPU the sweeps default to tiny shapes (Triton under the interpreter) and every row says "cpu".
@@ -116,7 +116,6 @@ def _accept_profile(text):
 
 def _step(args):
     import tileinfer
-    from tileinfer_profiling import plots
     from tileinfer_profiling.step import profile_step
 
     # Only the options given: the engine's load() grows options over time.
@@ -140,11 +139,17 @@ def _step(args):
     _write(out, "kernels", prof.kernels, {})
     if prof.graph_kernels is not None:
         _write(out, "kernels-graphs", prof.graph_kernels, {})
-    _write(out, "per_layer", prof.per_layer(), {"": plots.per_layer_figure(prof.per_layer())})
     breakdown = prof.gemm_vs_attention()
-    _write(out, "gemm_vs_attention", breakdown.reset_index(), {"": plots.step_breakdown_figure(breakdown)})
-    _write(out, "tokens_per_step", _tps_frame(prof.tokens_per_step),
-           {"": plots.tokens_per_step_figure(prof.tokens_per_step)})
+    if args.csv_only:  # no plotly needed (a GPU image may lack it)
+        figures = {"per_layer": {}, "gemm_vs_attention": {}, "tokens_per_step": {}}
+    else:
+        from tileinfer_profiling import plots
+        figures = {"per_layer": {"": plots.per_layer_figure(prof.per_layer())},
+                   "gemm_vs_attention": {"": plots.step_breakdown_figure(breakdown)},
+                   "tokens_per_step": {"": plots.tokens_per_step_figure(prof.tokens_per_step)}}
+    _write(out, "per_layer", prof.per_layer(), figures["per_layer"])
+    _write(out, "gemm_vs_attention", breakdown.reset_index(), figures["gemm_vs_attention"])
+    _write(out, "tokens_per_step", _tps_frame(prof.tokens_per_step), figures["tokens_per_step"])
     print(prof.summary.T.to_string())
 
 
@@ -162,12 +167,17 @@ def _ceilings_cmd(args):
 def _compare(args):
     import pandas as pd
     from tileinfer_profiling import plots
-    from tileinfer_profiling.compare import load_reference, reference_fractions
+    from tileinfer_profiling.compare import bandwidth_comparison, load_reference, read_rows
 
     reference = load_reference(args.reference)
-    ours = pd.read_csv(args.ours, keep_default_na=False) if args.ours else None
-    fractions = reference_fractions(reference, ours)
-    _write(Path(args.out), "comparison", fractions, {"": plots.reference_figure(fractions)})
+    files = args.ours or []
+    jsonl = [f for f in files if str(f).endswith(".jsonl")]
+    frames = [read_rows(jsonl)] if jsonl else []
+    frames += [pd.read_csv(f, keep_default_na=False) for f in files if f not in jsonl]
+    ours = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    fractions = bandwidth_comparison(reference, ours, bandwidth=args.bandwidth)
+    _write(Path(args.out), "comparison", fractions,
+           {"": plots.reference_figure(fractions, bandwidth=args.bandwidth)})
 
 
 def _compiled(args):
@@ -223,6 +233,7 @@ def build_parser(prog="python -m tileinfer_profiling"):
     t.add_argument("--max-positions", type=int)
     t.add_argument("--linear", choices=["ours", "cublas"], help="the engine's linear implementation")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--csv-only", action="store_true", help="write the tables only, no HTML figures")
     t.add_argument("--out", required=True)
     t.set_defaults(fn=_step)
 
@@ -244,7 +255,10 @@ def build_parser(prog="python -m tileinfer_profiling"):
     r = sub.add_parser("compare", help="the reference comparison as fractions of each GPU's bandwidth")
     r.add_argument("--reference", required=True, help="the comparison's figures: one per row (engine, gpu, "
                    "gpu_bandwidth_gbs, point, task, weights, metric, value, ...)")
-    r.add_argument("--ours", help="CSV of our bench rows (engine, gpu, gpu_bandwidth_gbs, point, task, weights, ...)")
+    r.add_argument("--ours", nargs="+", help="our bench rows: JSON-lines row files (comparison_1k_h200.jsonl ...) "
+                   "or CSVs (engine, gpu, gpu_bandwidth_gbs, point, task, weights, dflash, ...)")
+    r.add_argument("--bandwidth", choices=["datasheet", "recorded"], default="datasheet",
+                   help="divide by each GPU's datasheet bandwidth (as the reference's figures are) or by the rows' own")
     r.add_argument("--out", required=True)
     r.set_defaults(fn=_compare)
     return p

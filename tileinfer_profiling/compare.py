@@ -3,18 +3,29 @@
 fraction = bytes a DFlash step must move ÷ step time ÷ the GPU's bandwidth, where step time =
 tokens per step ÷ decode tok/s and the bytes are `dflash_step_bytes` at the reply's mean context
 (prompt + half the new tokens). Engines on different GPUs become comparable this way.
+
+`bandwidth_comparison_figure(reference_csv, row_files)` is the chart: vLLM's and the original TileInfer's
+bars on the RTX 4080 SUPER (the comparison's published figures) beside this project's, from its recorded
+DFlash rows (JSON lines of the comparison's metric), for every point, task and weights.
 """
 
+import json
 import math
+from pathlib import Path
 
 import pandas as pd
 
 from tileinfer.errors import ConfigError
 from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH
+from tileinfer_profiling.ceilings import datasheet_bandwidth_gbs
 from tileinfer_profiling.prompts import POINTS
 from tileinfer_profiling.roofline import dflash_step_bytes
 
-KEYS = ["engine", "gpu", "gpu_bandwidth_gbs", "point", "task", "weights"]
+KEYS = ["source", "engine", "gpu", "gpu_bandwidth_gbs", "point", "task", "weights"]
+# How the chart names each engine: the comparison's ("reference") and this project's rows ("ours").
+LABELS = {("reference", "vllm"): "vLLM", ("reference", "tileinfer"): "TileInfer (original)",
+          ("ours", "tileinfer"): "TileInfer (this project)"}
+MAIN_MODEL = "qwen3-4b"  # the comparison's model as the rows of random weights name it
 _WIDE_METRICS = ("decode_tok_s", "tokens_per_step", "prompt_tokens", "new_tokens", "step_ms")
 
 
@@ -25,8 +36,9 @@ def load_reference(path):
                        na_values={"value": [""], "gpu_bandwidth_gbs": [""]})
 
 
-def _long(df):
+def _long(df, source):
     """Rows as (KEYS…, metric, value): long format as is, bench rows (one column per metric) melted."""
+    df = df.assign(source=source)
     if "metric" in df.columns:
         return df[KEYS + ["metric", "value"]]
     metrics = [m for m in _WIDE_METRICS if m in df.columns]
@@ -36,8 +48,8 @@ def _long(df):
 
 def _lookup(long, row, metric):
     """A metric for row's keys; a blank task or weights in the table matches every task/weights."""
-    m = long[(long["metric"] == metric) & (long["engine"] == row["engine"]) & (long["gpu"] == row["gpu"])
-             & (long["point"] == row["point"])]
+    m = long[(long["metric"] == metric) & (long["source"] == row["source"]) & (long["engine"] == row["engine"])
+             & (long["gpu"] == row["gpu"]) & (long["point"] == row["point"])]
     for key in ("task", "weights"):
         exact = m[m[key] == row[key]]
         m = exact if len(exact) else m[m[key] == ""]
@@ -65,11 +77,15 @@ def reference_fractions(reference, ours=None, target_cfg=QWEN3_4B, drafter_cfg=Q
     step_ms, kv_len (mean context), bytes_per_step, achieved_gbs, bandwidth_fraction.
 
     `reference`: the long table (`load_reference`); `ours`: more rows, long or in the bench's
-    one-row-per-run format (engine, gpu, gpu_bandwidth_gbs, point, task, weights, decode_tok_s, …).
+    one-row-per-run format (engine, gpu, gpu_bandwidth_gbs, point, task, weights, decode_tok_s, …);
+    bench rows with a `dflash` column count only where it is true (the bytes are a DFlash step's).
+    `source` says which table a row came from ("reference" or "ours").
     """
-    frames = [_long(reference)]
+    frames = [_long(reference, "reference")]
+    if ours is not None and "dflash" in ours.columns:
+        ours = ours[ours["dflash"].astype(bool)]
     if ours is not None and len(ours):
-        frames.append(_long(ours))
+        frames.append(_long(ours, "ours"))
     long = pd.concat(frames, ignore_index=True)
     for key in ("task", "weights"):
         long[key] = long[key].fillna("").astype(str)
@@ -93,3 +109,60 @@ def reference_fractions(reference, ours=None, target_cfg=QWEN3_4B, drafter_cfg=Q
                      "kv_len": kv_len, "bytes_per_step": nbytes, "achieved_gbs": gbs,
                      "bandwidth_fraction": gbs / float(row["gpu_bandwidth_gbs"])})
     return pd.DataFrame(rows)
+
+
+def read_rows(paths):
+    """Rows of the comparison's metric (JSON lines: one per prompt × configuration × process) from `paths`,
+    as one DataFrame; optional fields absent from older rows (model, mode, …) read as ""."""
+    rows = []
+    for path in paths:
+        rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    df = pd.DataFrame(rows)
+    for column in ("model", "mode", "version", "note"):
+        if column not in df:
+            df[column] = ""
+        df[column] = df[column].fillna("")
+    return df
+
+
+def our_dflash_rows(rows, model=MAIN_MODEL, engine="tileinfer"):
+    """This project's DFlash rows of the comparison's model (`model`, or unnamed in older rows)."""
+    if rows.empty:
+        return rows
+    keep = (rows["engine"] == engine) & rows["dflash"].astype(bool) & rows["model"].isin(["", model])
+    return rows[keep]
+
+
+def bandwidth_comparison(reference, rows, model=MAIN_MODEL, bandwidth="datasheet"):
+    """`reference_fractions` of the comparison's figures and this project's DFlash rows, with a `label`
+    per engine: "vLLM", "TileInfer (original)" (both RTX 4080 SUPER), "TileInfer (this project)".
+
+    `reference`: `load_reference`'s table; `rows`: `read_rows` of the recorded row files. `bandwidth`:
+    "datasheet" divides every engine by its GPU's datasheet bandwidth, as the comparison's figures are
+    (736 GB/s for the RTX 4080 SUPER, 4800 for the H200); "recorded" by what each row carries (ours
+    measured: a sum of 2 GiB, lower than the datasheet's, so larger fractions).
+    """
+    if bandwidth not in ("datasheet", "recorded"):
+        raise ConfigError(f"bandwidth must be 'datasheet' or 'recorded', got {bandwidth!r}")
+    ours = our_dflash_rows(rows, model)
+    if bandwidth == "datasheet" and len(ours):
+        sheet = ours["gpu"].map(datasheet_bandwidth_gbs)
+        ours = ours.assign(gpu_bandwidth_gbs=sheet.where(sheet.notna(), ours["gpu_bandwidth_gbs"]))
+    fractions = reference_fractions(reference, ours)
+    if fractions.empty:
+        return fractions
+    names = [LABELS.get((s, e), e) for s, e in zip(fractions["source"], fractions["engine"])]
+    return fractions.assign(label=[f"{n} · {g}" for n, g in zip(names, fractions["gpu"])])
+
+
+def bandwidth_comparison_figure(reference_csv, row_files, model=MAIN_MODEL, bandwidth="datasheet",
+                                title="DFlash decode against each GPU's memory bandwidth"):
+    """The report's comparison chart: one bar group per point × task × weights, one bar per engine · GPU:
+    vLLM and the original TileInfer on the RTX 4080 SUPER (`reference_csv`, the comparison's figures)
+    and this project's DFlash rows (`row_files`: JSON-lines row files such as
+    comparison_1k_h200.jsonl and comparison_8k_h200.jsonl; processes' medians). Returns a plotly Figure;
+    the table behind it is `bandwidth_comparison`.
+    """
+    from tileinfer_profiling.plots import reference_figure
+    fractions = bandwidth_comparison(load_reference(reference_csv), read_rows(row_files), model, bandwidth)
+    return reference_figure(fractions, title=title, bandwidth=bandwidth)

@@ -169,17 +169,28 @@ def step_breakdown_figure(table, title="Kernel time per step, by phase and class
     return fig
 
 
-def reference_figure(fractions, title="DFlash decode against each GPU's memory bandwidth"):
-    """Grouped bars from `reference_fractions`: one trace per engine × GPU, one group per point/task/weights."""
+def _point_order(x):
+    """Sort key of "1k edit bf16"-like labels: the benchmark's points by prompt length, then the rest."""
+    from tileinfer_profiling.prompts import POINTS
+    point, _, rest = x.partition(" ")
+    return (POINTS[point].prompt_tokens if point in POINTS else math.inf, point, rest)
+
+
+def reference_figure(fractions, title="DFlash decode against each GPU's memory bandwidth", bandwidth=""):
+    """Grouped bars from `reference_fractions` (or `compare.bandwidth_comparison`): one trace per engine × GPU
+    (named by a `label` column where there is one), one group per point/task/weights, in point order."""
     df = fractions.assign(x=[f"{p} {t} {w}" for p, t, w in zip(fractions["point"], fractions["task"],
                                                                 fractions["weights"])])
-    order = list(dict.fromkeys(df["x"]))
+    if "label" not in df:
+        df["label"] = [f"{e} · {g}" for e, g in zip(df["engine"], df["gpu"])]
+    order = sorted(dict.fromkeys(df["x"]), key=_point_order)
     fig = go.Figure()
-    for (engine, gpu), group in df.groupby(["engine", "gpu"], sort=False):
+    for label, group in df.groupby("label", sort=False):
         g = group.groupby("x")["bandwidth_fraction"].mean().reindex(order)
-        fig.add_bar(x=order, y=g.values, name=f"{engine} · {gpu}")
+        fig.add_bar(x=order, y=g.values, name=label)
+    which = f"{bandwidth} bandwidth" if bandwidth else "memory bandwidth"
     fig.update_layout(barmode="group", title=title, xaxis_title="prompt length, task, weights",
-                      yaxis_title="fraction of the GPU's memory bandwidth<br>(bytes per step ÷ step time ÷ bandwidth)",
+                      yaxis_title=f"fraction of the GPU's {which}<br>(bytes per step ÷ step time ÷ bandwidth)",
                       yaxis_range=[0, 1])
     return fig
 

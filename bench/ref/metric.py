@@ -3,7 +3,8 @@
 Per prompt: the median latency of the reply (n new tokens) and of a 1-token request ("prefill") over
 5 trials after a 1 s warm-up; decode tok/s = (n - 1) / (latency(n) - latency(1)). Each configuration
 runs in fresh processes (3 at 1k, 2 at 8k) whose results must agree within 1 %. One row per prompt x
-configuration x process, as a JSON line or a CSV row.
+configuration x process, as a JSON line or a CSV row, whatever the engine: TileInfer, vLLM, or a peer
+(transformers, the public DFlash reference) named by `engine`, `version` and `mode`.
 """
 
 import csv
@@ -15,24 +16,22 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from tileinfer_profiling.ceilings import datasheet_bandwidth_gbs
+
 TRIALS = 5
 WARMUP_S = 1.0
 AGREEMENT = 0.01
 AGREEMENT_METRICS = ("decode_tok_s", "prefill_ms")
 
-# Datasheet read bandwidths, used (and flagged) when it cannot be measured. Longest match wins.
-DATASHEET_BANDWIDTH_GBS = {
-    "H200": 4800, "H100 PCIe": 2000, "H100": 3350, "A100-SXM4-80GB": 2039, "A100-PCIE-80GB": 1935,
-    "A100": 1555, "L40S": 864, "L4": 300, "RTX 4090": 1008, "RTX 4080 SUPER": 736, "RTX 4080": 717,
-    "RTX 3090": 936, "B200": 8000,
-}
+ENGINES = ("tileinfer", "vllm", "transformers", "dflash")
 
 
 @dataclass
 class Row:
-    """One prompt x configuration x process."""
+    """One prompt x configuration x process. The fields after `timestamp` are optional: rows recorded
+    before they existed read as "" / None there."""
 
-    engine: str  # "tileinfer" | "vllm"
+    engine: str  # one of ENGINES
     task: str  # "edit" | "explain"
     point: str  # "1k" | "8k"
     prompt_tokens: int
@@ -58,13 +57,19 @@ class Row:
     timestamp: str
     latency_trials_ms: list = field(default_factory=list)
     prefill_trials_ms: list = field(default_factory=list)
+    model: str = ""  # the checkpoint: a random-weight preset ("qwen3-4b") or the checkpoint's name
+    version: str = ""  # the engine's version
+    mode: str = ""  # how the engine ran, e.g. "cuda-graphs", "eager", "static-compile"
+    note: str = ""  # what a reader must know about this row (a fallback taken, a capped reply)
+    drafter_ms_per_step: float | None = None  # DFlash: the drafter pass and the verify forward, where
+    verify_ms_per_step: float | None = None  # the engine times them apart
 
     def as_dict(self):
         return asdict(self)
 
 
 ROW_FIELDS = tuple(f.name for f in fields(Row))
-REQUIRED_FIELDS = ROW_FIELDS[:-2]
+REQUIRED_FIELDS = ROW_FIELDS[:ROW_FIELDS.index("timestamp") + 1]
 
 
 def validate_row(row):
@@ -72,8 +77,9 @@ def validate_row(row):
     missing = [k for k in REQUIRED_FIELDS if k not in row]
     if missing:
         raise ValueError(f"row lacks {', '.join(missing)}")
-    if row["engine"] not in ("tileinfer", "vllm") or row["weights_kind"] not in ("real", "random"):
-        raise ValueError(f"bad engine or weights_kind in {row}")
+    if row["engine"] not in ENGINES or row["weights_kind"] not in ("real", "random"):
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)} and weights_kind 'real' or 'random': "
+                         f"got {row['engine']!r}, {row['weights_kind']!r}")
     if not (row["accept_mode"] == "real" or row["accept_mode"].startswith("replay:")):
         raise ValueError(f"accept_mode must be 'real' or 'replay:<x>', got {row['accept_mode']!r}")
     for k in ("prompt_tokens", "new_tokens", "block_size", "steps", "process"):
@@ -154,12 +160,13 @@ def agreement(rows, metrics=AGREEMENT_METRICS, tol=AGREEMENT):
     return spread, spread <= tol
 
 
-CONFIG_KEY = ("engine", "gpu", "weights_kind", "accept_mode", "point", "task", "weights", "dflash",
-              "block_size")
+CONFIG_KEY = ("engine", "mode", "model", "gpu", "weights_kind", "accept_mode", "point", "task", "weights",
+              "dflash", "block_size")
 
 
 def config_key(row):
-    return tuple(row[k] for k in CONFIG_KEY)
+    """The configuration a row measures; optional fields absent from older rows read as ""."""
+    return tuple(row.get(k, "") for k in CONFIG_KEY)
 
 
 def summarize(rows, tol=AGREEMENT):
@@ -181,13 +188,14 @@ def summarize(rows, tol=AGREEMENT):
 
 def format_table(summary):
     """Markdown table of `summarize` output; configurations whose processes disagree are flagged."""
-    head = ("| engine | point | task | weights | DFlash | prefill ms | decode tok/s | tokens/step "
-            "| step ms | processes | spread |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| engine | model | point | task | weights | DFlash | prefill ms | decode tok/s | tokens/step "
+            "| step ms | processes | spread |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for s in summary:
-        flag = "" if s["agree"] else " **disagree**"
+        flag = " (one process: unchecked)" if s["processes"] < 2 else "" if s["agree"] else " **disagree**"
+        engine = f"{s['engine']} {s['mode']}".strip()
         lines.append(
-            f"| {s['engine']} | {s['point']} | {s['task']} | {s['weights']} | "
+            f"| {engine} | {s['model'] or '-'} | {s['point']} | {s['task']} | {s['weights']} | "
             f"{'k=' + str(s['block_size'] - 1) if s['dflash'] else 'off'} | {s['prefill_ms']:.1f} | "
             f"{s['decode_tok_s']:.1f} | {s['tokens_per_step']:.2f} | {s['step_ms']:.2f} | "
             f"{s['processes']} | {100 * s['spread']:.2f} %{flag} |")
@@ -195,11 +203,6 @@ def format_table(summary):
 
 
 # --- the environment ------------------------------------------------------------------------------
-
-def datasheet_bandwidth_gbs(gpu_name):
-    matches = [k for k in DATASHEET_BANDWIDTH_GBS if k.lower() in gpu_name.lower()]
-    return DATASHEET_BANDWIDTH_GBS[max(matches, key=len)] if matches else math.nan
-
 
 def measure_read_bandwidth_gbs(nbytes=2 << 30, repeats=10):
     """GB/s of summing `nbytes` of bf16 on the current CUDA device (median of `repeats`)."""

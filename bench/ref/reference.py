@@ -2,6 +2,7 @@
 comparison-with-vllm.txt (tests/test_bench_reference.py checks them against the text).
 
     python -m bench.ref.reference accept-profile 1k         # edit=7.1,explain=2.9 (TileInfer, BF16)
+    python -m bench.ref.reference accept-profile 1k,8k      # 1k:edit=7.1,1k:explain=2.9,8k:edit=1.87,8k:explain=2.5
     python -m bench.ref.reference tokens-per-step 8k edit   # 1.87
 """
 
@@ -33,14 +34,18 @@ def tokens_per_step(point, task, weights="bf16", engine="tileinfer"):
 
 
 def accept_profile(point, tasks=TASKS, weights="bf16"):
-    """`--accept-profile` of the bench scripts: TileInfer's tokens per step per task, e.g. "edit=7.1,explain=2.9"."""
-    return ",".join(f"{task}={tokens_per_step(point, task, weights):g}" for task in tasks)
+    """`--accept-profile` of the bench scripts: TileInfer's tokens per step per task, e.g. "edit=7.1,explain=2.9";
+    for several points ("1k,8k") each entry names its point: "1k:edit=7.1,...,8k:edit=1.87,..."."""
+    points = point.split(",")
+    if len(points) == 1:
+        return ",".join(f"{task}={tokens_per_step(point, task, weights):g}" for task in tasks)
+    return ",".join(f"{p}:{task}={tokens_per_step(p, task, weights):g}" for p in points for task in tasks)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.ref.reference", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
-    a = sub.add_parser("accept-profile", help="task=tokens_per_step pairs of TileInfer at a point")
+    a = sub.add_parser("accept-profile", help="task=tokens_per_step pairs of TileInfer at a point (or points)")
     a.add_argument("point")
     a.add_argument("--tasks", default=",".join(TASKS))
     a.add_argument("--weights", default="bf16")

@@ -17,12 +17,13 @@ from pathlib import Path
 from bench.ref.metric import (
     Row, accept_mode, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
 )
-from bench.ref.procs import emit_row, run_workers
+from bench.ref.procs import add_run_arguments, emit_row, run_workers
 from tileinfer_profiling.prompts import POINTS, ByteTokenizer, Point, build_prompt, load_prompt
 from tileinfer_profiling.run_info import command_line
 
 REPO = Path(__file__).resolve().parents[2]
 DFLASH_BLOCK_SIZE = 16  # k = 15 drafts per step, as in the comparison
+MODE = "cuda-graphs"  # Engine.generate's default: each decode step replays a captured CUDA graph
 # Random-weight checkpoints, written once per preset and shared by the bench scripts.
 BENCH_ROOT = Path(os.environ.get("TILEINFER_BENCH_ROOT", Path.home() / ".cache" / "tileinfer-bench"))
 
@@ -42,7 +43,8 @@ def parse_points(text):
 
 
 def parse_accept_profile(text):
-    """'edit=7.1,explain=2.9' -> {'edit': 7.1, 'explain': 2.9}."""
+    """'edit=7.1,explain=2.9' -> {'edit': 7.1, 'explain': 2.9}; a key may name its point too, as in
+    '1k:edit=7.1,8k:edit=1.87' (see `profile_for`)."""
     if not text:
         return {}
     out = {}
@@ -54,40 +56,63 @@ def parse_accept_profile(text):
     return out
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.ref.tileinfer_spec",
-                                 description=__doc__.split("\n")[0])
+def profile_for(profile, point, task):
+    """The tokens per step to replay for `task` at `point`: the 'point:task' entry, else the 'task' one."""
+    return profile.get(f"{point}:{task}", profile.get(task))
+
+
+def add_checkpoint_arguments(ap, draft_help):
+    """--model/--draft, or --random-weights PRESET (written under --random-dir): what the specs measure."""
     ap.add_argument("--model", help="target checkpoint directory or hub id in the local HF cache")
-    ap.add_argument("--draft", help="DFlash drafter checkpoint (needed for --dflash on)")
+    ap.add_argument("--draft", help=draft_help)
     ap.add_argument("--random-weights", metavar="PRESET",
                     help="benchmark a random-weight target of this preset (qwen3-4b) and a 5-layer drafter")
     ap.add_argument("--random-dir", help="where the random checkpoints are written (kept for reuse)")
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="python -m bench.ref.tileinfer_spec",
+                                 description=__doc__.split("\n")[0])
+    add_checkpoint_arguments(ap, "DFlash drafter checkpoint (needed for --dflash on)")
     ap.add_argument("--accept-profile", type=parse_accept_profile, default={},
-                    help="replay this mean tokens per step per task, e.g. edit=7.1,explain=2.9")
+                    help="replay this mean tokens per step per task, e.g. edit=7.1,explain=2.9, or per "
+                    "point and task, e.g. 1k:edit=7.1,8k:edit=1.87")
     ap.add_argument("--points", type=parse_points, default=parse_points("1k,8k"))
     ap.add_argument("--tasks", default="edit,explain")
     ap.add_argument("--weights", default="bf16,int8")
     ap.add_argument("--dflash", default="on,off")
     ap.add_argument("--block-size", type=int, default=None, help="DFlash block (default: the drafter's)")
-    ap.add_argument("--processes", type=int, default=None, help="fresh processes per configuration "
-                    "(default: 3 at 1k, 2 at 8k)")
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--device", default=None)
-    ap.add_argument("--datasheet-bandwidth", action="store_true",
-                    help="take the GPU's bandwidth from the datasheet table instead of measuring it")
-    ap.add_argument("--out", help="JSONL file the rows are appended to "
-                    "(default bench/results/tileinfer-<time>.jsonl)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
+    add_run_arguments(ap, "bench/runs/tileinfer-<time>.jsonl")
+    return ap
+
+
+def parse_checked(ap, argv):
+    """Parsed arguments, with --model or --random-weights given."""
     args = ap.parse_args(argv)
     if not args.model and not args.random_weights:
         ap.error("pass --model (and --draft) or --random-weights PRESET")
+    return args
+
+
+def parse_args(argv=None):
+    ap = build_parser()
+    args = parse_checked(ap, argv)
     for flag, allowed in (("weights", {"bf16", "int8", "fp16", "fp32"}), ("dflash", {"on", "off"})):
         bad = set(getattr(args, flag).split(",")) - allowed
         if bad:
             ap.error(f"--{flag}: {', '.join(sorted(bad))} not in {', '.join(sorted(allowed))}")
     return args
+
+
+def model_name(args):
+    """What the rows' `model` says: the random-weight preset, or the target checkpoint's name."""
+    return args.random_weights or Path(str(args.model)).name
+
+
+def tileinfer_version():
+    import tileinfer
+    return tileinfer.__version__
 
 
 def prepare_random(preset, directory=None):
@@ -141,7 +166,7 @@ def run_worker(args, load=None, emit=emit_row):
     for task in args.tasks.split(","):
         ids = prompt_ids(task, point, engine.tokenizer, engine.config.vocab_size,
                          Path(str(model)).name, random_weights)
-        profile = args.accept_profile.get(task) if dflash else None
+        profile = profile_for(args.accept_profile, point.name, task) if dflash else None
         gen_kw = {"stop_ids": [] if random_weights else None, "accept_profile": profile,
                   "block_size": (args.block_size if dflash else 1)}
         timing, stats = bench_prompt(engine, ids, point.new_tokens, args.trials, args.warmup_s, **gen_kw)
@@ -155,30 +180,36 @@ def run_worker(args, load=None, emit=emit_row):
             **env, command=command_line(), weights_kind="random" if random_weights else "real",
             accept_mode=accept_mode(profile), timestamp=timestamp(),
             latency_trials_ms=timing.latency_trials_ms, prefill_trials_ms=timing.prefill_trials_ms,
+            model=model_name(args), version=tileinfer_version(), mode=MODE,
         ).as_dict()
         emit(validate_row(row))
         rows.append(row)
     return rows
 
 
-def worker_argv(args, point, weights, dflash, process):
-    argv = [sys.executable, "-m", "bench.ref.tileinfer_spec", "--worker", "--process", str(process),
+def base_worker_argv(module, args, point, process):
+    """A worker process's command, the arguments every spec shares: the point, tasks, trials, checkpoints."""
+    argv = [sys.executable, "-m", module, "--worker", "--process", str(process),
             "--points", point.name if point.name in POINTS else f"{point.prompt_tokens}/{point.new_tokens}",
-            "--weights", weights, "--dflash", dflash, "--tasks", args.tasks,
-            "--trials", str(args.trials), "--warmup-s", str(args.warmup_s)]
+            "--tasks", args.tasks, "--trials", str(args.trials), "--warmup-s", str(args.warmup_s)]
     if not getattr(args, "prepared", False):  # checkpoints the workers write themselves are not named
         argv += ["--model", args.model] + (["--draft", args.draft] if args.draft else [])
-    if args.random_weights:
-        argv += ["--random-weights", args.random_weights]
-    if args.random_dir:
-        argv += ["--random-dir", args.random_dir]
-    if args.accept_profile:
-        argv += ["--accept-profile", ",".join(f"{k}={v:g}" for k, v in args.accept_profile.items())]
-    for flag, value in (("--block-size", args.block_size), ("--device", args.device)):
+    for flag, value in (("--random-weights", args.random_weights), ("--random-dir", args.random_dir),
+                        ("--device", args.device)):
         if value is not None:
             argv += [flag, str(value)]
     if args.datasheet_bandwidth:
         argv.append("--datasheet-bandwidth")
+    return argv
+
+
+def worker_argv(args, point, weights, dflash, process):
+    argv = base_worker_argv("bench.ref.tileinfer_spec", args, point, process) + ["--weights", weights,
+                                                                                "--dflash", dflash]
+    if args.accept_profile:
+        argv += ["--accept-profile", ",".join(f"{k}={v:g}" for k, v in args.accept_profile.items())]
+    if args.block_size is not None:
+        argv += ["--block-size", str(args.block_size)]
     return argv
 
 
@@ -195,19 +226,19 @@ def jobs(args):
     return out
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def prepare_checkpoints(args):
+    """--random-weights without --model: write (once) the random checkpoints; workers are not told their paths."""
     if args.random_weights and not args.model:
         args.model, args.draft = prepare_random(args.random_weights, args.random_dir)
         args.prepared = True
-    if "on" in args.dflash.split(",") and not args.draft:
-        raise SystemExit("--dflash on needs --draft (or --random-weights); or pass --dflash off")
-    if args.worker:
-        run_worker(args)
-        return
-    out = Path(args.out or REPO / "bench" / "results" / f"tileinfer-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+
+
+def coordinate(jobs, out, name, timeout_s=None, desc="configurations"):
+    """Run the (label, argv) workers, their rows appended to `out` (default bench/runs/<name>-<time>.jsonl);
+    print the summary and write it beside the rows as markdown; return the rows."""
+    out = Path(out or REPO / "bench" / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = run_workers(jobs(args), out)
+    rows = run_workers(jobs, out, desc=desc, timeout_s=timeout_s)
     if not rows:
         raise SystemExit("no rows were produced")
     summary = summarize(rows)
@@ -216,9 +247,20 @@ def main(argv=None):
     out.with_suffix(".md").write_text(table)
     bad = [s for s in summary if not s["agree"]]
     if bad:
-        print(f"{len(bad)} configuration(s) disagree across processes by more than 1 %",
-              file=sys.stderr)
+        print(f"{len(bad)} configuration(s) disagree across processes by more than 1 %", file=sys.stderr)
     print(f"{len(rows)} rows in {out}", file=sys.stderr)
+    return rows
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    prepare_checkpoints(args)
+    if "on" in args.dflash.split(",") and not args.draft:
+        raise SystemExit("--dflash on needs --draft (or --random-weights); or pass --dflash off")
+    if args.worker:
+        run_worker(args)
+        return
+    coordinate(jobs(args), args.out, "tileinfer", args.timeout_s)
 
 
 if __name__ == "__main__":

@@ -10,25 +10,24 @@ prompts are the same token ids TileInfer gets. vLLM is imported only inside the 
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from bench.ref.metric import (
-    Row, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
+    Row, decode_tok_s, environment, measure, timestamp, validate_row,
 )
-from bench.ref.procs import emit_row, run_workers
-from bench.ref.tileinfer_spec import BENCH_ROOT, parse_points
+from bench.ref.procs import add_run_arguments, emit_row
+from bench.ref.tileinfer_spec import BENCH_ROOT, coordinate, parse_points
 from tileinfer_profiling.prompts import POINTS, load_prompt, tokenizer_from_path
 from tileinfer_profiling.run_info import command_line
 
-REPO = Path(__file__).resolve().parents[2]
 NUM_SPECULATIVE_TOKENS = 15
 VLLM_COMPILE = 3  # CompilationMode.VLLM_COMPILE: torch.compile + CUDA graphs (vLLM's default, written out)
+MODE = "compile+cuda-graphs"  # what the rows' `mode` says
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "num_drafts",
                 "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens"}
 
 
-def parse_args(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m bench.ref.vllm_spec", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="target checkpoint directory (BF16)")
     ap.add_argument("--draft", help="DFlash drafter checkpoint")
@@ -38,16 +37,14 @@ def parse_args(argv=None):
     ap.add_argument("--tasks", default="edit,explain")
     ap.add_argument("--weights", default="bf16,int8")
     ap.add_argument("--dflash", default="on")
-    ap.add_argument("--processes", type=int, default=None)
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--attention-backend", default=None, help="e.g. TRITON_ATTN (default: vLLM's choice)")
-    ap.add_argument("--datasheet-bandwidth", action="store_true")
-    ap.add_argument("--out", help="JSONL file the rows are appended to")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
+    add_run_arguments(ap, "bench/runs/vllm-<time>.jsonl")
+    return ap
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def build_llm_kwargs(args):
@@ -97,7 +94,7 @@ def spec_counts(metrics):
 
 
 def row_from_output(output, *, task, point, weights, dflash, timing, spec_delta, process, env,
-                    command=None):
+                    command=None, version="", model=""):
     """The row of one prompt from a `RequestOutput`, its Timing and the spec counters' change over one reply."""
     new_tokens = len(output.outputs[0].token_ids)
     drafts = spec_delta.get("num_drafts", 0) if dflash else 0
@@ -114,7 +111,7 @@ def row_from_output(output, *, task, point, weights, dflash, timing, spec_delta,
         tokens_per_step=tokens_per_step, steps=steps, process=process, **env,
         command=command or command_line(), weights_kind="real", accept_mode="real",
         timestamp=timestamp(), latency_trials_ms=timing.latency_trials_ms,
-        prefill_trials_ms=timing.prefill_trials_ms,
+        prefill_trials_ms=timing.prefill_trials_ms, model=model, version=version, mode=MODE,
     ).as_dict()
     return validate_row(row)
 
@@ -122,6 +119,7 @@ def row_from_output(output, *, task, point, weights, dflash, timing, spec_delta,
 def run_worker(args, llm_cls=None, sampling_params_cls=None, emit=emit_row):
     if llm_cls is None:
         from vllm import LLM as llm_cls
+    version = _vllm_version()
     (point,) = args.points
     dflash = args.dflash == "on"
     env = environment(measure_bandwidth=not args.datasheet_bandwidth)  # before vLLM reserves memory
@@ -145,10 +143,18 @@ def run_worker(args, llm_cls=None, sampling_params_cls=None, emit=emit_row):
         delta = {k: after[k] - before[k] for k in after}
         row = row_from_output(output, task=task, point=point.name, weights=args.weights,
                               dflash=dflash, timing=timing, spec_delta=delta, process=args.process,
-                              env=env)
+                              env=env, version=version, model=Path(args.model).name)
         emit(row)
         rows.append(row)
     return rows
+
+
+def _vllm_version():
+    try:
+        import vllm
+    except ImportError:
+        return ""
+    return getattr(vllm, "__version__", "")
 
 
 def local_checkpoint(model):
@@ -179,8 +185,6 @@ def main(argv=None):
         raise SystemExit("vLLM is not installed here: skipping the vLLM half of the comparison")
     if "int8" in args.weights.split(",") and not args.int8_model:
         args.int8_model = export_int8(args.model)
-    out = Path(args.out or REPO / "bench" / "results" / f"vllm-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    out.parent.mkdir(parents=True, exist_ok=True)
     jobs = []
     for point in args.points:
         for weights in args.weights.split(","):
@@ -199,11 +203,7 @@ def main(argv=None):
                     if args.datasheet_bandwidth:
                         argv_w.append("--datasheet-bandwidth")
                     jobs.append((f"{point.name} {weights} dflash={dflash} #{process}", argv_w))
-    rows = run_workers(jobs, out)
-    if rows:
-        table = format_table(summarize(rows))
-        print(table)
-        out.with_suffix(".md").write_text(table)
+    coordinate(jobs, args.out, "vllm", args.timeout_s)
 
 
 if __name__ == "__main__":
