@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # The whole test suite on a GPU machine, run as a user runs it (`make test`), recorded in bench/results/.
 #
-#   TILEINFER_GIT_REV=<revision> bash bench/gpu_suite.sh [results dir]
+#   TILEINFER_GIT_REV=<revision> [DEADLINE=seconds] [WORKERS=n] bash bench/gpu_suite.sh [results dir]
 #
 # Offline machines install what the image lacks from wheels in .whl/ (PIP_ARGS); the machine's own torch
 # and triton are used as they are. Writes gpu_tests_<gpu>.txt (revision, GPU, versions, command, the
-# pytest summary line, failures) and the full log beside it; exits with pytest's status.
+# pytest summary line, failures) and the full log beside it, one line per test as it ends; exits with
+# pytest's status. DEADLINE interrupts pytest (SIGINT) so a run that is cut short still lists its failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-bench/results}}
 mkdir -p "$out"
 rev=${TILEINFER_GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export TILEINFER_GIT_REV=$rev
-workers=${WORKERS:-8}
+workers=${WORKERS:-$(nproc)}
+deadline=${DEADLINE:-0}
 pip_args=${PIP_ARGS:-}
 if [ -z "$pip_args" ] && [ -d .whl ]; then
   pip_args="--no-index --find-links .whl"
 fi
 log="$out/gpu_tests.log"
 start=$(date +%s)
-make test PIP_ARGS="$pip_args" PYTEST_ARGS="-n $workers -p no:cacheprovider -rfE" 2>&1 | tee "$log"
+pytest_args="-n $workers -p no:cacheprovider -rfE -v --durations=20"
+timeout -s INT "$deadline" make test PIP_ARGS="$pip_args" PYTEST_ARGS="$pytest_args" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 elapsed=$(( $(date +%s) - start ))
 versions=$(.venv/bin/python -c "import torch, triton; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', '|', torch.__version__, '|', triton.__version__)" 2>/dev/null || echo "unknown | unknown | unknown")
@@ -29,10 +32,10 @@ summary=$(grep -E "[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed 's/=//g;
 {
   echo "revision: $rev"
   echo "gpu | torch | triton: $versions"
-  echo "command: TILEINFER_GIT_REV=$rev bash bench/gpu_suite.sh  (make test PIP_ARGS=\"$pip_args\" PYTEST_ARGS=\"-n $workers -p no:cacheprovider -rfE\")"
+  echo "command: TILEINFER_GIT_REV=$rev bash bench/gpu_suite.sh  (make test PIP_ARGS=\"$pip_args\" PYTEST_ARGS=\"$pytest_args\")"
   echo "wall: ${elapsed} s, exit status $rc"
   echo "summary: ${summary:-none (set-up failed before pytest ran)}"
-  grep -E "^(FAILED|ERROR) " "$log" | sed 's/^/  /'
+  grep -oE "(FAILED|ERROR) tests/[^ ]+" "$log" | sort -u | sed 's/^/  /'
 } > "$out/gpu_tests_${tag}.txt"
 cat "$out/gpu_tests_${tag}.txt"
 exit "$rc"

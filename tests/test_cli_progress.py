@@ -25,7 +25,7 @@ def test_watched_tokens_are_the_generation_s(stand_in, block_size):
     with watch(engine, lambda ids: seen.append(list(ids))):
         out = engine.generate([5, 6, 7, 8], 12, block_size=block_size, stop_ids=[])
     assert sum(seen, []) == out.tokens and len(seen) == out.stats.steps + 1  # prefill's token, then each step's
-    assert "prefill" not in vars(engine) and "_read" not in vars(engine)  # the engine is as it was
+    assert "_committed" not in vars(engine)  # the engine is as it was
     assert engine.generate([5, 6, 7, 8], 12, block_size=block_size, stop_ids=[]).tokens == out.tokens
 
 

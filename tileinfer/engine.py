@@ -346,6 +346,7 @@ class Engine:
         self.start_t.fill_(n_prompt)
         self.ctx_start_t.fill_(n_prompt)
         out = [int(first.item())]
+        self._committed(out)
         t1 = time.perf_counter()
         stats.prefill_ms = (t1 - t0) * 1e3
 
@@ -375,6 +376,7 @@ class Engine:
                 committed, stopped, cut = self._read(step, start, max_length, stop)
                 stats.count_drafts(step.size, int(step.result[0]))
                 out += committed
+                self._committed(committed)
                 start += len(committed)
                 stats.tokens_per_step.append(len(committed))
                 accept_s += time.perf_counter() - tic
@@ -393,6 +395,9 @@ class Engine:
         self._phase_times(stats, read)
         text = self.tokenizer.decode(out) if self.tokenizer is not None else None
         return Generation(tokens=out, text=text, stats=stats)
+
+    def _committed(self, tokens: list[int]) -> None:
+        """Called with the first token and then each step's committed tokens (streaming.watch listens)."""
 
     def _read(self, step: StepInFlight, start: int, max_length: int, stop: set) -> tuple[list[int], bool, bool]:
         """The tokens a step commits, whether a stop id ended them, and whether they were cut short

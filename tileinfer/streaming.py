@@ -13,23 +13,11 @@ def watch(engine, on_tokens):
     """Within the block, call `on_tokens(list of ids)` with the token prefill produces and with the tokens
     each step commits, in order: together they are the generation's `tokens`. The engine is left as it
     was when the block ends."""
-    prefill, read = engine.prefill, engine._read
-
-    def prefill_and_report(ids, draft=True):
-        first = prefill(ids, draft)
-        on_tokens([int(first.reshape(-1)[0].item())])
-        return first
-
-    def read_and_report(step, start, max_length, stop):
-        committed, stopped, cut = read(step, start, max_length, stop)
-        on_tokens([int(t) for t in committed])
-        return committed, stopped, cut
-
-    engine.prefill, engine._read = prefill_and_report, read_and_report
+    engine._committed = lambda ids: on_tokens(list(ids))
     try:
         yield
     finally:
-        del engine.prefill, engine._read  # the class's methods again
+        del engine._committed  # the class's method again
 
 
 class TextStream:
