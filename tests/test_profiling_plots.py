@@ -140,7 +140,7 @@ def test_the_comparison_chart_puts_our_bars_beside_the_reference(tmp_path):
     assert list(mine.index) == ["1k", "8k"] and mine.loc["1k", "decode_tok_s"] == 1801.0
     assert (mine["gpu_bandwidth_gbs"] == 4800).all() and (mine["label"] == "TileInfer (this project) · NVIDIA H200").all()
     recorded = bandwidth_comparison(reference, rows, bandwidth="recorded").set_index(["source", "point", "task", "weights"])
-    assert recorded.loc[("ours", "1k", "edit", "bf16"), "bandwidth_fraction"] == pytest.approx(
+    assert recorded.loc[[("ours", "1k", "edit", "bf16")], "bandwidth_fraction"].item() == pytest.approx(
         mine.loc["1k", "bandwidth_fraction"] * 4800 / 4000)
     assert set(fr["label"]) == {"vLLM · RTX 4080 SUPER", "TileInfer (original) · RTX 4080 SUPER",
                                 "TileInfer (this project) · NVIDIA H200"}
