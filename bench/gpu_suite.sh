@@ -21,7 +21,8 @@ if [ -z "$pip_args" ] && [ -d .whl ]; then
 fi
 log="$out/gpu_tests.log"
 start=$(date +%s)
-pytest_args="-n $workers -p no:cacheprovider -rfE -v --durations=20"
+# -vv: pytest.ini's -q takes one back, and the log then names each test as it ends
+pytest_args="-n $workers -p no:cacheprovider -rfE -vv --durations=20"
 timeout -s INT "$deadline" make test PIP_ARGS="$pip_args" PYTEST_ARGS="$pytest_args" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 elapsed=$(( $(date +%s) - start ))

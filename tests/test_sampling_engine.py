@@ -200,9 +200,9 @@ def test_temperature_runs_give_tokens_per_step_and_acceptance_curves(engine):
     from tileinfer_profiling.acceptance import acceptance_curves, temperature_runs
     from tileinfer_profiling.engine_prompts import benchmark_prompt
 
-    runs = temperature_runs(engine, tasks=("edit",), new_tokens=12, seeds=2)
+    runs = temperature_runs(engine, tasks=("edit",), new_tokens=12, seeds=2, stop_ids=[])  # every run takes steps
     assert runs["temperature"].tolist() == [0.0, 0.6, 1.0] and runs["seeds"].tolist() == [1, 2, 2]
-    greedy = engine.generate(benchmark_prompt(engine, "edit", "1k", 12), 12).stats
+    greedy = engine.generate(benchmark_prompt(engine, "edit", "1k", 12), 12, stop_ids=[]).stats
     assert runs["mean_tokens_per_step"][0] == greedy.mean_tokens_per_step
     curves = acceptance_curves(runs)
     assert len(curves) == sum(map(len, runs["acceptance_per_position"]))

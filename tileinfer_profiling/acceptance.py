@@ -28,17 +28,21 @@ TEMPERATURES = (0.0, 0.6, 1.0)
 
 
 def temperature_runs(engine, tasks=("edit", "explain"), points=("1k",), new_tokens=128, temperatures=TEMPERATURES,
-                     seed=0, seeds=1, top_k=None, top_p=None):
+                     seed=0, seeds=1, top_k=None, top_p=None, stop_ids=None, warmup=True):
     """DFlash generations per point × task × temperature (0: greedy, once; above: speculative sampling with
     `seeds` seeds from `seed`, pooled): tokens per step and how often each draft position is accepted.
-    One row per point, task and temperature; acceptance_curves() gives the curves in long form."""
+    One row per point, task and temperature; acceptance_curves() gives the curves in long form. `warmup`:
+    one untimed generation per temperature first, so decode_tok_s holds no compilation or graph capture."""
     rows = []
     for point in points:
         for task in tasks:
             prompt = benchmark_prompt(engine, task, point, new_tokens)
             for temperature in temperatures:
-                runs = [engine.generate(prompt, new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                        seed=seed + i).stats for i in range(1 if temperature == 0 else seeds)]
+                kw = dict(stop_ids=stop_ids, temperature=temperature, top_k=top_k, top_p=top_p)
+                if warmup:
+                    engine.generate(prompt, new_tokens, seed=seed, **kw)
+                runs = [engine.generate(prompt, new_tokens, seed=seed + i, **kw).stats
+                        for i in range(1 if temperature == 0 else seeds)]
                 steps = sum(s.steps for s in runs)
                 offered = [sum(c) for c in zip(*(s.drafts_offered for s in runs))]
                 accepted = [sum(c) for c in zip(*(s.drafts_accepted for s in runs))]
