@@ -1,0 +1,145 @@
+"""Every Qwen3 shape against its byte floor, in one run: plain decode and DFlash steps, BF16 and INT8, at
+the benchmark's points, with the launches per layer and the fixed cost per layer beyond the floor.
+
+    python bench/floor_bench.py --out bench/results [--models qwen3-0.6b,qwen3-1.7b,qwen3-4b,qwen3-8b]
+                                [--weights bf16,int8] [--points 1k,8k] [--bandwidth-gbs X]
+
+Checkpoints have random weights (written once, loaded through tileinfer.load): DFlash steps replay the
+comparison's tokens per step (7.1 and 2.9 at 1k, 1.87 at 8k). The floor is the bytes a step must read
+(tileinfer_profiling.roofline) over the read bandwidth measured in the same run; a step's cost beyond it,
+per layer, is the fixed cost the fused kernels are to remove. cuBLAS linears (plain decode, BF16) are the
+in-run baseline. Launches per layer count the target's kernels inside its layers in one decode step
+(an eager profiled run: the graphs replay the same launches). The engine launches without Programmatic
+Dependent Launch (`pdl` off).
+
+Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
+"""
+
+import argparse
+import gc
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tileinfer  # noqa: E402
+from bench.engine_bench import POINTS, checkpoints, replayed, timed  # noqa: E402
+from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
+from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
+from tileinfer_profiling.step import profile_step  # noqa: E402
+
+MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
+PROFILE_TOKENS = 24
+
+
+def launches(engine, ids, block_size, accept_profile):
+    """(target launches per layer, launches per step) in the decoding steps of a short profiled run."""
+    prof = profile_step(engine, ids, block_size=block_size, max_new_tokens=PROFILE_TOKENS, graphs=False,
+                        accept_profile=accept_profile)
+    steps = max(1, prof.stats.get("steps") or 1)
+    k = prof.kernels[prof.kernels["phase"] != "prefill"]
+    in_layers = k[(k["model"] == "target") & k["layer"].notna()]
+    return len(in_layers) / steps / engine.config.num_hidden_layers, len(k) / steps
+
+
+def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts):
+    per_layer = (r["step_ms"] - floor_ms) * 1e3 / layers
+    return dict(model=model, weights=weights, mode=mode, point=point, accept=accept, linears=linears,
+                tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
+                fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
+                us_per_layer_over_floor=per_layer, pdl="off", tokens_per_step=r["tokens_per_step"],
+                prefill_ms=r["prefill_ms"])
+
+
+def measure_model(model, args, bandwidth, record):
+    target, drafter = checkpoints(model, Path(args.root))
+    g = torch.Generator().manual_seed(0)
+    for weights in args.weights:
+        engine = tileinfer.load(target, draft=drafter, weights=weights)
+        cfg, layers = engine.config, engine.config.num_hidden_layers
+        for point in args.points:
+            ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
+            kv = len(ids) + args.new_tokens // 2
+            plain_floor = step_bytes(cfg, kv, 1, weights) / bandwidth * 1e3
+            counts = launches(engine, ids, 1, None)
+            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
+            record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts))
+            dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
+            counts = launches(engine, ids, engine.block_max, replayed(point)[0])
+            for tps in replayed(point):
+                r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
+                record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
+                                 counts))
+        del engine
+        gc.collect()
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    if "bf16" in args.weights and not args.no_cublas:
+        engine = tileinfer.load(target, weights="bf16", linear="cublas")
+        cfg, layers = engine.config, engine.config.num_hidden_layers
+        for point in args.points:
+            ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
+            floor = step_bytes(cfg, len(ids) + args.new_tokens // 2, 1, "bf16") / bandwidth * 1e3
+            counts = launches(engine, ids, 1, None)
+            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
+            record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts))
+        del engine
+        gc.collect()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--models", default=",".join(MODELS), help="random-weight presets, comma-separated")
+    parser.add_argument("--weights", default="bf16,int8")
+    parser.add_argument("--points", default="1k,8k")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bandwidth-gbs", type=float, default=None,
+                        help="read bandwidth for the floors instead of measuring it (GB/s)")
+    parser.add_argument("--no-cublas", action="store_true", help="leave out the cuBLAS-linears baseline")
+    parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    args = parser.parse_args(argv)
+    args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
+    for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8"))):
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment(measure_bandwidth=args.bandwidth_gbs is None and torch.cuda.is_available())
+    if args.bandwidth_gbs is not None:
+        env |= {"gpu_bandwidth_gbs": args.bandwidth_gbs, "gpu_bandwidth_source": "given"}
+    bandwidth = env["gpu_bandwidth_gbs"] * 1e9
+    if math.isnan(bandwidth):
+        parser.error("no read bandwidth: measure it on a GPU or give --bandwidth-gbs")
+    base = {**env, "command": command_line(), "weights_kind": "random"}
+    rows = []
+
+    def record(row):
+        rows.append({**row, **base})
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+
+    tic = time.perf_counter()
+    for model in args.models:
+        measure_model(model, args, bandwidth, record)
+        print(f"{model} done at {time.perf_counter() - tic:.0f} s", flush=True)
+    path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+    print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
+          f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
+    print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
+          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9}")
+    for r in rows:
+        print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
+              f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
+              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

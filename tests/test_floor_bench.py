@@ -1,0 +1,42 @@
+"""bench/floor_bench.py end to end on the tiny preset: a row per weights × mode × accept × linears, each
+beside its floor, with the columns the floor table is read by."""
+
+import pandas as pd
+import pytest
+
+from bench import floor_bench
+from tileinfer.random_weights import TINY
+
+REQUIRED = {"model", "weights", "mode", "point", "accept", "tok_s", "step_ms", "floor_ms", "fraction_of_floor",
+            "launches_per_layer", "us_per_layer_over_floor", "pdl", "git_rev", "command", "gpu", "weights_kind"}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    out = tmp_path_factory.mktemp("floor")
+    floor_bench.main(["--models", "tiny", "--points", "tiny", "--new-tokens", "6", "--repeats", "1",
+                      "--bandwidth-gbs", "50", "--out", str(out), "--root", str(out / "checkpoints")])
+    (path,) = out.glob("floor_*.csv")
+    return pd.read_csv(path)
+
+
+def test_a_row_per_configuration_beside_its_floor(table):
+    assert REQUIRED <= set(table.columns)
+    keys = list(zip(table["weights"], table["mode"], table["linears"]))
+    assert keys == [("bf16", "plain", "triton"), ("bf16", "dflash", "triton"), ("int8", "plain", "triton"),
+                    ("int8", "dflash", "triton"), ("bf16", "plain", "cublas")]
+    assert (table["accept"][table["mode"] == "dflash"] == "replay:3.0").all()
+    assert (table["weights_kind"] == "random").all() and (table["pdl"] == "off").all()
+    assert table["fraction_of_floor"].tolist() == pytest.approx((table["floor_ms"] / table["step_ms"]).tolist())
+    over = (table["step_ms"] - table["floor_ms"]) * 1e3 / TINY.layers
+    assert table["us_per_layer_over_floor"].tolist() == pytest.approx(over.tolist())
+    assert (table["launches_per_layer"] > 0).all() and (table["launches_per_step"] > table["launches_per_layer"]).all()
+    bf16, int8 = (table[(table["weights"] == w) & (table["mode"] == "plain")]["floor_ms"].iloc[0] for w in ("bf16", "int8"))
+    assert int8 < bf16  # an INT8 step reads fewer weight bytes
+
+
+def test_unknown_point_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "2k", "--out", str(tmp_path)])
+    assert "--points: unknown 2k" in capsys.readouterr().err
+    assert not list(tmp_path.glob("floor_*.csv"))
