@@ -8,8 +8,9 @@ import triton.language as tl
 from tests.conftest import assert_close
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
-from tileinfer.ops.linear import Linear, embedding, linear, linear_ref, quantize_linear
+from tileinfer.ops.linear import Linear, embedding, linear, linear_ref, linear_swiglu, quantize_linear
 from tileinfer.ops.skinny_gemm import _weight_to, skinny_gemm, skinny_gemm_ref
+from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
 from tileinfer.ops.w8a16_gemm import w8a16_gemm, w8a16_gemm_ref, w8a16_gemm_tiled
 
 # Error relative to max|ref|: bf16 output rounding dominates (8 significant bits).
@@ -60,6 +61,49 @@ def test_skinny_split_k_and_blocks(device, split_k, m, quantized):
         w_deq = w
     _check(y, x, w_deq, torch.bfloat16, f"skinny split_k={split_k} M={m} q={quantized}")
     assert_close(y, skinny_gemm_ref(x, *((q.qweight, q.scale) if quantized else (w,))), atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("i,k", [(37, 50), (48, 130)])
+@pytest.mark.parametrize("m", [1, 2, 5, 16, 40])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_swiglu_epilogue_equals_gate_up_then_silu_mul(device, dtype, i, k, m, quantized):
+    """The gate_up GEMM with SwiGLU in its epilogue: the bits of the two launches it replaces, in and out
+    of exact mode, and close to the PyTorch definition."""
+    gen = torch.Generator().manual_seed(i * 100 + k + m)
+    lin = Linear(weight=(torch.randn(2 * i, k, generator=gen) * k ** -0.5).to(device, dtype))
+    lin = quantize_linear(lin) if quantized else lin
+    x = torch.randn(m, k, generator=gen).to(device, dtype)
+    for exact in (False, True):
+        y = linear_swiglu(x, lin, exact)
+        assert y.shape == (m, i) and y.dtype == dtype
+        assert torch.equal(y, silu_mul(linear(x, lin, exact))), f"exact={exact}"
+    ref = silu_mul_ref(linear_ref(x, lin).double()).to(dtype)
+    assert_close(y.double(), ref.double(), atol=TOL[dtype] * max(ref.abs().max().item(), 1), rtol=TOL[dtype],
+                 what=f"swiglu {dtype} M={m} q={quantized}")
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_swiglu_epilogue_after_split_k(device, split_k, m, quantized):
+    gen = torch.Generator().manual_seed(31 + split_k)
+    w = torch.randn(96, 130, generator=gen).to(device, torch.bfloat16)
+    x = torch.randn(m, 130, generator=gen).to(device, torch.bfloat16)
+    args = quantize_linear(Linear(weight=w)) if quantized else Linear(weight=w)
+    weights = (args.qweight, args.scale) if quantized else (args.weight,)
+    cfg = GemmConfig(block_n=16 if m == 1 else 32, block_k=32, split_k=split_k)
+    fused = skinny_gemm(x, *weights, config=cfg, swiglu=True)
+    assert torch.equal(fused, silu_mul(skinny_gemm(x, *weights, config=cfg)))
+
+
+def test_swiglu_epilogue_rows_do_not_depend_on_m(device):
+    gen = torch.Generator().manual_seed(5)
+    lin = Linear(weight=torch.randn(2 * 40, 70, generator=gen).to(device, torch.bfloat16))
+    x = torch.randn(16, 70, generator=gen).to(device, torch.bfloat16)
+    rows = linear_swiglu(x, lin, exact=True)
+    for m in (1, 3):
+        assert torch.equal(linear_swiglu(x[:m], lin, exact=True), rows[:m])
 
 
 @pytest.mark.parametrize("m", [3, 17, 40])

@@ -3,7 +3,7 @@
 Prefill runs the prompt in chunks of T = min(prefill_chunk, prompt) tokens, so past the KV caches (and
 8 bytes per prompt token for the ids) nothing grows with the prompt: a chunk's peak is that of one
 decoder layer on T tokens — the residual stream (h, x, residual), the MLP's gate_up [T, 2I] and its
-activation [T, I] — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
+activation [T, I] (a step of T <= 16 on the Triton backend computes the activation in the gate_up GEMM) — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
 right after, and the previous chunk's h and residual still bound. Logits exist for the last row only.
 With the Triton backend the prefill attention is a flash kernel (no scores); the PyTorch reference
 materialises [Hq, T, L] scores. Every tensor is counted as the allocator holds it: on CUDA the caching
@@ -147,12 +147,14 @@ class ActivationModel:
         attention = max(qkv + self._linear_scratch(s.qkv_rows, h, t) + rope,
                         qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
                         qkv + qk + b(t, hq * d) + b(t, h) + self._linear_scratch(o_n, o_k, t))
+        down = b(t, i) + b(t, h) + self._linear_scratch(h, i, t)
         if self.reference:
             act = b(t, 2 * i) + (3 if up else 2) * b(t, i, e=4)
+        elif t <= SKINNY_MAX_M:  # SwiGLU in the gate_up GEMM's epilogue: no gate_up tensor
+            return stream + max(norm, attention, b(t, i) + self._linear_scratch(2 * i, h, t), down)
         else:
             act = b(t, 2 * i) + b(t, i)
-        mlp = max(b(t, 2 * i) + self._linear_scratch(2 * i, h, t), act,
-                  b(t, i) + b(t, h) + self._linear_scratch(h, i, t))
+        mlp = max(b(t, 2 * i) + self._linear_scratch(2 * i, h, t), act, down)
         return stream + max(norm, attention, mlp)
 
     def _attention_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,

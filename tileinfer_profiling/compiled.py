@@ -78,7 +78,7 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("rms_norm + residual", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("qk_norm_rope + kv write", f"{t}x{heads}+{kv}x{hd}", t) for t in (1, 16, chunk)]
-    out += [Case("silu_mul", f"{t}x{s.intermediate}", t) for t in (1, 16, chunk)]
+    out += [Case("silu_mul", f"{chunk}x{s.intermediate}", chunk)]  # steps fuse it into the gate_up GEMM
     out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
@@ -316,7 +316,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
             return json.dumps(w8a16_gemm._prefill_config(t).__dict__)
         cfg = (GemmConfig(**json.loads(case.config)) if case.config
                else _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind))
-        skinny_gemm.skinny_gemm(x, w, scale, config=cfg)
+        skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=case.op == "linear gate_up")
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
         h = shape.hidden

@@ -29,7 +29,7 @@ def attention_bytes(kv_len, q_len, num_kv_heads, head_dim, dtype_bytes=2, *, num
 
     K and V read once per KV head (GQA), q read, out written; with `num_splits` (a two-stage split-KV
     kernel: TileInfer's decode attention runs both stages even for one split) each split writes an
-    fp32 partial output and log-sum-exp per query row, which the merge stage reads back.
+    fp32 partial output and log-sum-exp per query row, which the head's merging program reads back.
     """
     num_q_heads = num_kv_heads if num_q_heads is None else num_q_heads
     kv = 2 * kv_len * num_kv_heads * head_dim * dtype_bytes

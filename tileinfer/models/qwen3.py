@@ -44,7 +44,7 @@ def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positio
 
 
 def mlp_block(ops: Ops, layer: Qwen3Layer, x):
-    return ops.linear(ops.silu_mul(ops.linear(x, layer.gate_up_proj)), layer.down_proj)
+    return ops.linear(ops.linear_swiglu(x, layer.gate_up_proj), layer.down_proj)
 
 
 def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list, positions, cos_sin,

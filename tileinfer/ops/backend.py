@@ -41,6 +41,7 @@ class Ops:
             self.qk_norm_rope = rope.qk_norm_rope_ref
             self.silu_mul = swiglu.silu_mul_ref
             self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
+            self._linear_swiglu = None
         else:
             from tileinfer.ops import decode_attention, prefill_attention
             self.rms_norm = rmsnorm.rms_norm
@@ -48,13 +49,21 @@ class Ops:
             self.silu_mul = swiglu.silu_mul
             if linear == "ours":
                 self._linear = {False: lin.linear, True: partial(lin.linear, exact=True)}
+                self._linear_swiglu = {False: lin.linear_swiglu, True: partial(lin.linear_swiglu, exact=True)}
             else:
                 self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
+                self._linear_swiglu = None
             self._decode = decode_attention.decode_attention
             self._prefill = prefill_attention.prefill_attention
 
     def linear(self, x, lin):
         return self._linear[self.exact](x, lin)
+
+    def linear_swiglu(self, x, gate_up):
+        """silu(gate) * up of the fused gate_up projection: one launch where our skinny GEMM runs."""
+        if self._linear_swiglu is None:
+            return self.silu_mul(self.linear(x, gate_up))
+        return self._linear_swiglu[self.exact](x, gate_up)
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
         if self.backend == "torch":

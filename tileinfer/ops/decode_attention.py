@@ -1,9 +1,10 @@
 """Split-KV attention for a few query tokens (decode, DFlash verify, DFlash drafter block).
 
-Stage 1 (grid ``(num_kv_heads, num_splits)``): one program takes every query row of one KV head —
+One launch, grid ``(num_kv_heads, num_splits)``: one program takes every query row of one KV head —
 all T tokens × the GQA group, padded to a ``tl.dot`` tile — over one contiguous share of the cache,
-and writes a partial output and its log-sum-exp. Stage 2 (grid ``(T, num_q_heads)``) merges the
-partials by log-sum-exp. ``kv_len`` is read on the device and ``num_splits`` is a runtime argument,
+and writes a partial output and its log-sum-exp; the last program of a KV head to finish (a counter per
+head, reset by that program) merges the head's partials by log-sum-exp, split by split in order, so
+the result does not depend on which program came last. ``kv_len`` is read on the device and ``num_splits`` is a runtime argument,
 so a captured CUDA graph replays for any cache length and a notebook can change the split count
 without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
 
@@ -59,24 +60,59 @@ def _online_softmax_step(
 
 
 @triton.jit
+def _merge_head(
+    MID_O, MID_LSE, OUT, kv_head, num_splits,
+    stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
+    NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """For every query row of one KV head: out = Σ_s exp2(lse_s − lse) o_s with lse = log2 Σ_s exp2(lse_s),
+    one split at a time in split order (an empty split, lse = −inf, is an exact no-op)."""
+    rows = tl.arange(0, BLOCK_M)
+    row_valid = rows < NUM_Q_TOKENS * GROUP
+    token = rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    offs_d = tl.arange(0, HEAD_DIM)
+    o_ptrs = MID_O + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+    lse_ptrs = MID_LSE + token * stride_lt + head
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    denom = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for s in tl.range(0, num_splits):
+        # .cg: other programs wrote these; read them from L2, never from a stale L1 line
+        lse = tl.load(lse_ptrs + s * stride_ls, mask=row_valid, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(o_ptrs + s * stride_os, mask=row_valid[:, None], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, lse)
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.math.exp2(lse - m_shift)
+        alpha = tl.math.exp2(m - m_shift)
+        denom = denom * alpha + w
+        acc = acc * alpha[:, None] + w[:, None] * o
+        m = m_new
+    out = acc / tl.where(row_valid, denom, 1.0)[:, None]
+    out_ptrs = OUT + token[:, None] * stride_out_t + head[:, None] * stride_out_h + offs_d[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=row_valid[:, None])
+
+
+@triton.jit
 def _split_kv_attention_kernel(
-    Q, K, V, KV_LEN, MID_O, MID_LSE,
+    Q, K, V, KV_LEN, MID_O, MID_LSE, OUT, COUNTERS,
     num_splits, split_size, qk_scale,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
     stride_vn, stride_vh,
     stride_os, stride_ot, stride_oh,
     stride_ls, stride_lt,
+    stride_out_t, stride_out_h,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """Stage 1. For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
+    """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
         o_r = Σ_n exp(s_rn − lse_r) v_n,  lse_r = log Σ_n exp(s_rn)      (lse kept in log2 units)
     with chunk = split_size when given (> 0), else cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N,
     and split s covering [s·chunk, min((s+1)·chunk, kv_len)). An empty split, or a row that sees none
-    of its keys, writes o = 0 and lse = −inf."""
+    of its keys, writes o = 0 and lse = −inf. The head's last program then merges its partials (_merge_head)."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     kv_len = tl.load(KV_LEN).to(tl.int32)
@@ -117,42 +153,15 @@ def _split_kv_attention_kernel(
     tl.store(o_ptrs, out, mask=row_valid[:, None])
     tl.store(MID_LSE + split * stride_ls + token * stride_lt + head, lse, mask=row_valid)
 
-
-@triton.jit
-def _merge_splits_kernel(
-    MID_O, MID_LSE, OUT,
-    num_splits,
-    stride_os, stride_ot, stride_oh,
-    stride_ls, stride_lt,
-    stride_out_t, stride_out_h,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr,
-):
-    """Stage 2. For one (token, head): out = Σ_s exp2(lse_s − lse) o_s with lse = log2 Σ_s exp2(lse_s),
-    over the splits in tiles of BLOCK_S."""
-    token = tl.program_id(0)
-    head = tl.program_id(1)
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_s = tl.arange(0, BLOCK_S)
-    m = tl.full([1], float("-inf"), tl.float32)
-    denom = tl.zeros([1], tl.float32)
-    acc = tl.zeros([HEAD_DIM], tl.float32)
-    for s0 in range(0, num_splits, BLOCK_S):
-        s = s0 + offs_s
-        s_valid = s < num_splits
-        lse = tl.load(MID_LSE + s * stride_ls + token * stride_lt + head, mask=s_valid, other=float("-inf"))
-        o = tl.load(
-            MID_O + s[:, None] * stride_os + token * stride_ot + head * stride_oh + offs_d[None, :],
-            mask=s_valid[:, None], other=0.0,
-        )
-        m_new = tl.maximum(m, tl.max(lse, 0))
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        w = tl.math.exp2(lse - m_shift)
-        alpha = tl.math.exp2(m - m_shift)
-        denom = denom * alpha + tl.sum(w, 0)
-        acc = acc * alpha + tl.sum(w[:, None] * o, 0)
-        m = m_new
-    out = acc / denom
-    tl.store(OUT + token * stride_out_t + head * stride_out_h + offs_d, out.to(OUT.dtype.element_ty))
+    # Every thread's partial stores come before the counter's release; the program that counts last
+    # acquires them all, merges, and leaves the counter at 0 for the next launch (or graph replay).
+    tl.debug_barrier()
+    arrived = tl.atomic_add(COUNTERS + kv_head, 1, sem="acq_rel")
+    if arrived == num_splits - 1:
+        _merge_head(MID_O, MID_LSE, OUT, kv_head, num_splits,
+                    stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
+                    NUM_Q_TOKENS, GROUP, HEAD_DIM, BLOCK_M)
+        tl.atomic_xchg(COUNTERS + kv_head, 0, sem="relaxed")
 
 
 def _check_inputs(q, k_cache, v_cache):
@@ -176,6 +185,17 @@ def _check_inputs(q, k_cache, v_cache):
     if k_cache.device != q.device or v_cache.device != q.device:
         raise ConfigError(f"q is on {q.device} but the KV cache is on {k_cache.device}/{v_cache.device}")
     assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "KV cache rows must be contiguous"
+
+
+_COUNTERS: dict = {}
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed arrival counters, one per KV head, kept per device: each launch leaves them at 0."""
+    counters = _COUNTERS.get(device)
+    if counters is None or counters.numel() < n:
+        counters = _COUNTERS[device] = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
+    return counters
 
 
 @dataclass(frozen=True)
@@ -230,16 +250,18 @@ def decode_attention(
     mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
     out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
+    counters = _counters(q.device, num_kv_heads)
 
     def launch(c: DecodeAttentionConfig):
         _split_kv_attention_kernel[(num_kv_heads, num_splits)](
-            q, k_cache, v_cache, kv_len, mid_o, mid_lse,
+            q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             num_splits, split_size, scale * LOG2E,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1),
             mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
             mid_lse.stride(0), mid_lse.stride(1),
+            out.stride(0), out.stride(1),
             NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
             BLOCK_M=block_m, BLOCK_N=c.block_n,
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
@@ -249,13 +271,4 @@ def decode_attention(
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal, cfg, q.device)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
-    _merge_splits_kernel[(num_q_tokens, num_q_heads)](
-        mid_o, mid_lse, out,
-        num_splits,
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
-        mid_lse.stride(0), mid_lse.stride(1),
-        out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_S=16,
-        num_warps=1 if head_dim <= 64 else 2,
-    )
     return out

@@ -6,7 +6,8 @@
   M > 16,  float weight  -> F.linear (cuBLAS)
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py)
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
-`linear_rows_ref` is the same property for the PyTorch reference (M padded to 16).
+`linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
+MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.skinny_gemm import MAX_M as SKINNY_MAX_M
 from tileinfer.ops.skinny_gemm import skinny_gemm
+from tileinfer.ops.swiglu import silu_mul
 from tileinfer.ops.w8a16_gemm import w8a16_gemm
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -163,6 +165,19 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
     else:
         y = F.linear(x2, lin.weight.to(x.dtype))
     return y.reshape(*lead, lin.out_features)
+
+
+def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
+    """silu(gate) * up of x @ W.T for a fused gate_up `lin` [2I, K]: x [..., K] -> [..., I], with the bits of
+    `silu_mul(linear(x, lin))`. At M <= 16 the skinny GEMM applies SwiGLU in its epilogue (no gate_up
+    written, one launch fewer)."""
+    _check_input(x, lin)
+    x2 = x.reshape(-1, lin.in_features)
+    m = x2.shape[0]
+    if not 1 <= m <= SKINNY_MAX_M or x.device != lin.device:
+        return silu_mul(linear(x, lin, exact))
+    y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, swiglu=True)
+    return y.reshape(*x.shape[:-1], lin.out_features // 2)
 
 
 def embedding(ids: torch.Tensor, lin: Linear, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -59,26 +59,14 @@ def _weight_to(w, dtype: tl.constexpr, FAST_I8: tl.constexpr):
 
 
 @triton.jit
-def _skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, y_ptr,
-    M, N, K, k_per_split,
-    stride_xm, stride_wn, stride_ym, stride_ys,
+def _rows_acc(
+    x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr,
 ):
-    """y[s, m, n] = sum_{k in split s} x[m, k] * W[n, k]  (* scale[n]); s = program_id(1).
-
-    With one split y is the output [M, N] in x's dtype; with several it is fp32 partials [SPLIT_K, M, N].
-    """
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    k_start = pid_k * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, K)
+    """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
+    [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded)."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
-    y_base = y_ptr + pid_k * stride_ys
-
     if BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(k_start, k_end, BLOCK_K):
@@ -90,7 +78,7 @@ def _skinny_gemm_kernel(
         out = tl.sum(acc, axis=1)
         if HAS_SCALE:
             out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        tl.store(y_base + offs_n, out.to(y_ptr.dtype.element_ty), mask=n_mask)
+        return out
     else:
         offs_m = tl.arange(0, BLOCK_M)
         m_mask = offs_m < M
@@ -111,8 +99,59 @@ def _skinny_gemm_kernel(
                 acc = tl.dot(_weight_to(w, xt.dtype, FAST_I8), xt, acc)
         if HAS_SCALE:
             acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        return acc
+
+
+@triton.jit
+def _silu_mul(g, u, dtype: tl.constexpr):
+    """silu(g) * u as the SwiGLU kernel computes it from g and u stored in `dtype`."""
+    g = g.to(dtype).to(tl.float32)
+    u = u.to(dtype).to(tl.float32)
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit
+def _skinny_gemm_kernel(
+    x_ptr, w_ptr, scale_ptr, y_ptr,
+    M, N, K, k_per_split, half,
+    stride_xm, stride_wn, stride_ym, stride_ys,
+    HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
+    PARTIAL: tl.constexpr,
+):
+    """y[s, m, n] = sum_{k in split s} x[m, k] * W[n, k]  (* scale[n]); s = program_id(1).
+
+    With one split y is the output [M, N] in x's dtype; with several (PARTIAL) it is fp32 partials
+    [SPLIT_K, M, N]. SWIGLU: W is a fused gate_up [2 * half, K]; program n computes gate rows n and up
+    rows half + n, and without PARTIAL stores silu(gate) * up [M, half] (the gate_up never leaves it).
+    """
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < (half if SWIGLU else N)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    y_base = y_ptr + pid_k * stride_ys
+    acc = _rows_acc(x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn,
+                    HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8)
+    if SWIGLU:
+        up = _rows_acc(x_ptr, w_ptr, scale_ptr, half + offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn,
+                       HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8)
+    if BLOCK_M == 1:
+        if SWIGLU and PARTIAL:
+            tl.store(y_base + half + offs_n, up, mask=n_mask)
+        if SWIGLU and not PARTIAL:
+            acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
+        tl.store(y_base + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_mask)
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        mask = n_mask[:, None] & (offs_m < M)[None, :]
         y_ptrs = y_base + offs_m[None, :] * stride_ym + offs_n[:, None]
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
+        if SWIGLU and PARTIAL:
+            tl.store(y_ptrs + half, up, mask=mask)
+        if SWIGLU and not PARTIAL:
+            acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -126,48 +165,74 @@ def _splitk_reduce_kernel(partial_ptr, y_ptr, numel, SPLIT_K: tl.constexpr, BLOC
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _splitk_swiglu_kernel(partial_ptr, y_ptr, half, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    """y[m, i] = silu(g) * u with g, u = the split sums (in split order) of partial[:, m, i] and
+    partial[:, m, half + i], each rounded to y's dtype as the unfused GEMM stores them."""
+    m = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < half
+    g = tl.zeros((BLOCK,), dtype=tl.float32)
+    u = tl.zeros((BLOCK,), dtype=tl.float32)
+    row = partial_ptr + m * 2 * half
+    for s in tl.static_range(SPLIT_K):
+        g += tl.load(row + s * numel + offs, mask=mask, other=0.0)
+        u += tl.load(row + s * numel + half + offs, mask=mask, other=0.0)
+    out = _silu_mul(g, u, y_ptr.dtype.element_ty)
+    tl.store(y_ptr + m * half + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
 def _pow2_at_least(v: int, lo: int = 16) -> int:
     return max(lo, 1 << (max(v, 1) - 1).bit_length())
 
 
 def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
-    exact: bool = False,
+    exact: bool = False, swiglu: bool = False,
 ) -> torch.Tensor:
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
     `config` overrides the tuned/heuristic launch config (the tuner and the tests use it). `exact`: each
-    row's bits independent of M (one instruction path and one config for every M).
+    row's bits independent of M (one instruction path and one config for every M). `swiglu`: W is a fused
+    gate_up [2I, K] and y = silu(gate) * up [M, I], with the bits of `silu_mul(skinny_gemm(x, W))` in one
+    launch (two with split-K) and no gate_up written.
     """
     m, k = x.shape
     n = w.shape[0]
     assert 1 <= m <= MAX_M, f"skinny_gemm takes M <= {MAX_M}, got {m}"
     assert w.shape[1] == k and w.stride(1) == 1, (tuple(w.shape), w.stride())
     assert (w.dtype == torch.int8) == (scale is not None), "int8 weights need a scale, float weights none"
+    assert not swiglu or n % 2 == 0, f"a fused gate_up has an even number of rows, got {n}"
     if x.stride(1) != 1:
         x = x.contiguous()
     block_m = 16 if exact or m > 1 else 1
     cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device)
-    y = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    half = n // 2
+    y = torch.empty(m, half if swiglu else n, device=x.device, dtype=x.dtype)
 
     def launch(c: GemmConfig):
         block_k = min(c.block_k, _pow2_at_least(k))
         k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
         split_k = triton.cdiv(k, k_per_split)  # never an empty split
         out = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
-        _skinny_gemm_kernel[(triton.cdiv(n, c.block_n), split_k)](
+        rows = half if swiglu else n
+        _skinny_gemm_kernel[(triton.cdiv(rows, c.block_n), split_k)](
             x, w, scale if scale is not None else w, out,
-            m, n, k, k_per_split,
-            x.stride(0), w.stride(0), n, m * n,
+            m, n, k, k_per_split, half,
+            x.stride(0), w.stride(0), out.stride(-2), m * n,
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
-            num_warps=c.num_warps, num_stages=c.num_stages,
+            SWIGLU=swiglu, PARTIAL=split_k > 1, num_warps=c.num_warps, num_stages=c.num_stages,
         )
-        if split_k > 1:
+        if split_k > 1 and swiglu:
+            block = min(1024, triton.next_power_of_2(half))
+            _splitk_swiglu_kernel[(m, triton.cdiv(half, block))](out, y, half, m * n, SPLIT_K=split_k, BLOCK=block,
+                                                                 num_warps=4)
+        elif split_k > 1:
             block = 1024
             _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](out, y, m * n, SPLIT_K=split_k, BLOCK=block,
                                                                num_warps=4)
 
-    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device)
+    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return y
