@@ -6,8 +6,8 @@ import ast
 
 
 def python_blocks(text):
-    """The top-level statements of `text` as strings (each with its leading comments), or None when
-    it does not parse."""
+    """The top-level statements of `text` as strings (each with the comments that follow it), or None
+    when it does not parse."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):

@@ -10,7 +10,7 @@ The held-out phrasings and layouts (`tileinfer_profiling.prompts.heldout`) are n
 import re
 
 from tileinfer_profiling.prompts import EDIT as BENCH_EDIT, EXPLAIN as BENCH_EXPLAIN
-from tileinfer_profiling.prompts.source import python_blocks
+from tileinfer_profiling.prompts.source import python_blocks  # noqa: F401 (tests use it)
 
 LAYOUTS = (
     "{code}\n\n### Task: {instruction}\n### Reply:\n",  # the benchmark's
