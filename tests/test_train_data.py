@@ -59,7 +59,8 @@ def test_heldout_prompt_rejects_unknown_task():
 
 
 def test_edits_compute_their_replies():
-    code = "def area(w, h):\n    return w * h\n\n\nclass Box:\n    size = 10\n\n    def fill(self):\n        return area(self.size, 10)\n"
+    code = ("def area(w, h):\n    return w * h\n\n\n"
+            "class Box:\n    size = 10\n\n    def fill(self):\n        return area(self.size, 10)\n")
     rng = random.Random(0)
     assert tasks.identifiers(code, "python") == ["area", "size"]  # defined and used twice or more
     prompt, reply = tasks.edit_example(rng, "rename", code, "python")
@@ -70,7 +71,7 @@ def test_edits_compute_their_replies():
     assert "\n  def fill(self):\n    return area(self.size, 10)\n" in tasks.reindent(code, 2)
     prompt, reply = tasks.edit_example(random.Random(0), "literal", code, "python")
     new = reply.split("size = ")[1].split("\n")[0]
-    assert new != "10" and reply == code.replace("10", new) and f" 10 " in prompt and f" {new}" in prompt
+    assert new != "10" and reply == code.replace("10", new) and " 10 " in prompt and f" {new}" in prompt
     prompt, reply = tasks.edit_example(rng, "reorder", code, "python")
     assert reply.index("class Box") < reply.index("def area") and sorted(reply.split("\n")) == sorted(
         "\n".join(tasks.python_blocks(code)).split("\n"))
@@ -79,7 +80,8 @@ def test_edits_compute_their_replies():
 
 def test_explainers_name_what_the_code_defines():
     assert "The functions are log_info." in EXPLAIN["shell"]("log_info() {\n  echo hi\n}\nLEVEL=3\n")
-    assert "The macros are MAX_LEN." in EXPLAIN["c"]("#define MAX_LEN 8\nstruct node {\n  int v;\n};\nint size(struct node *n);\n")
+    header = "#define MAX_LEN 8\nstruct node {\n  int v;\n};\nint size(struct node *n);\n"
+    assert "The macros are MAX_LEN." in EXPLAIN["c"](header) and "The functions are size." in EXPLAIN["c"](header)
     assert EXPLAIN["python"]("def f(:\n") is None
 
 

@@ -71,7 +71,8 @@ def explain_c(code):
     includes = re.findall(r"^#\s*include\s*[<\"]([^>\"]+)", code, re.M)
     macros = [m for m in dict.fromkeys(re.findall(r"^#\s*define\s+(\w+)", code, re.M)) if not m.startswith("_")]
     structs = list(dict.fromkeys(re.findall(r"\bstruct\s+(\w+)\s*\{", code)))
-    functions = list(dict.fromkeys(re.findall(r"^\s*(?:extern\s+)?[\w\s\*]+?\b(\w+)\s*\([^;{]*\)\s*(?:__\w+.*)?;", code, re.M)))
+    declaration = r"^\s*(?:extern\s+)?[\w\s\*]+?\b(\w+)\s*\([^;{]*\)\s*(?:__\w+.*)?;"
+    functions = list(dict.fromkeys(re.findall(declaration, code, re.M)))
     lines = [f"The code is a C header with {plural(len(macros), 'macro')}, {plural(len(structs), 'struct')} "
              f"and {plural(len(functions), 'function')} declared."]
     if includes:
