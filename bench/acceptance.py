@@ -1,6 +1,9 @@
-"""Tokens per step of a DFlash pair on the benchmark prompts (greedy, lossless), one row per prompt.
+"""Tokens per step of a DFlash pair (greedy, lossless), one row per prompt: the benchmark prompts and
+the held-out prompts (`tileinfer_profiling.prompts.heldout`: phrasings and files the default pair
+never trained on).
 
-    python bench/acceptance.py [--model DIR --draft DIR] [--points 1k,8k] [--out bench/results/acceptance_default.csv]
+    python bench/acceptance.py [--model DIR --draft DIR] [--points 1k,8k] [--heldout 4]
+        [--out bench/results/acceptance_default.csv] [--heldout-out bench/results/acceptance_heldout.csv]
 
 Without --model: the embedded default pair. Each row also checks the DFlash reply against plain
 greedy decoding of the target.
@@ -16,21 +19,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
 from tileinfer_profiling.prompts import POINTS, load_prompt  # noqa: E402
-from bench.ref.metric import environment  # noqa: E402
-from tileinfer_profiling.run_info import command_line  # noqa: E402
+from tileinfer_profiling.prompts.heldout import TASKS as HELDOUT_TASKS, heldout_prompt  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 
 
-def measure(engine, task, point, name):
-    prompt = load_prompt(task, point, engine.tokenizer, name=name)
-    new_tokens = POINTS[point].new_tokens
-    spec = engine.generate(prompt.ids, new_tokens)
-    plain = engine.generate(prompt.ids, new_tokens, block_size=1)
+def measure(engine, ids, new_tokens):
+    spec = engine.generate(ids, new_tokens)
+    plain = engine.generate(ids, new_tokens, block_size=1)
     s = spec.stats
-    return {"task": task, "point": point, "prompt_tokens": s.prompt_tokens, "new_tokens": s.new_tokens,
-            "steps": s.steps, "mean_tokens_per_step": round(s.mean_tokens_per_step, 3),
+    return {"prompt_tokens": s.prompt_tokens, "new_tokens": s.new_tokens, "steps": s.steps,
+            "mean_tokens_per_step": round(s.mean_tokens_per_step, 3),
             "histogram": " ".join(f"{k}:{v}" for k, v in s.histogram.items()), "stop_reason": s.stop_reason,
             "lossless": spec.tokens == plain.tokens, "dflash_tok_s": round(s.decode_tok_s, 1),
             "plain_tok_s": round(plain.stats.decode_tok_s, 1)}
+
+
+def benchmark_rows(engine, points, name):
+    for point in points:
+        for task in ("edit", "explain"):
+            prompt = load_prompt(task, point, engine.tokenizer, name=name)
+            yield {"set": "benchmark", "task": task, "point": point, "source": f"julia:seed={prompt.seed}",
+                   **measure(engine, prompt.ids, POINTS[point].new_tokens)}
+
+
+def heldout_rows(engine, points, per_task, new_tokens=None):
+    for point in points:
+        for task in HELDOUT_TASKS:
+            for index in range(per_task):
+                p = heldout_prompt(task, POINTS[point].prompt_tokens, engine.tokenizer, index)
+                yield {"set": "heldout", "task": task, "point": point, "source": p.source, "index": index,
+                       **measure(engine, p.ids, new_tokens or POINTS[point].new_tokens)}
+
+
+def write_csv(path, rows):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main(argv=None):
@@ -40,26 +66,30 @@ def main(argv=None):
     parser.add_argument("--name", default="default", help="tokenizer name of the stored prompts")
     parser.add_argument("--points", default="1k,8k")
     parser.add_argument("--weights", default="bf16")
+    parser.add_argument("--heldout", type=int, default=4, help="held-out prompts per task and point (0: none)")
+    parser.add_argument("--heldout-new-tokens", type=int, default=None,
+                        help="reply length of the held-out prompts (default: the point's)")
     parser.add_argument("--out", default="bench/results/acceptance_default.csv")
+    parser.add_argument("--heldout-out", default="bench/results/acceptance_heldout.csv")
     args = parser.parse_args(argv)
+    points = args.points.split(",")
+    for point in points:
+        if point not in POINTS:
+            parser.error(f"unknown point {point!r}: use some of {', '.join(POINTS)}")
     engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights)
-    env = environment(measure_bandwidth=False)
-    rows = []
-    for point in args.points.split(","):
-        for task in ("edit", "explain"):
-            t0 = time.perf_counter()
-            row = {**measure(engine, task, point, args.name), "weights": args.weights,
-                   "device": env["gpu"], "backend": engine.backend, "torch": env["torch"], "triton": env["triton"],
-                   "git_rev": env["git_rev"], "command": command_line(),
-                   "model": "embedded default" if args.model is None else args.model}
-            rows.append(row)
-            print(f"{task:8} {point}: {row['mean_tokens_per_step']:6.2f} tokens/step over {row['steps']} steps, "
+    info = {**run_info(), "backend": engine.backend, "weights": args.weights, "command": command_line(),
+            "model": "embedded default" if args.model is None else args.model}
+    sets = [(args.out, benchmark_rows(engine, points, args.name))]
+    if args.heldout:
+        sets.append((args.heldout_out, heldout_rows(engine, points, args.heldout, args.heldout_new_tokens)))
+    for out, rows_of in sets:
+        rows, t0 = [], time.perf_counter()
+        for row in rows_of:
+            rows.append({**row, **info})
+            print(f"{row['set']:9} {row['task']:8} {row['point']:3} {row['source']:24} "
+                  f"{row['mean_tokens_per_step']:6.2f} tokens/step over {row['steps']:4} steps, "
                   f"lossless {row['lossless']}, {time.perf_counter() - t0:.0f} s", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+        write_csv(out, rows)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ pytest.importorskip("dflash", reason="pip install --no-deps dflash==0.1.0")
 from dflash.model import DFlashDraftModel, dflash_generate, extract_context_feature  # noqa: E402
 from transformers import Qwen3ForCausalLM  # noqa: E402
 
-from tools.train import data, drafter as dr, target as tg, tokenizer  # noqa: E402
+from tools.train import corpus, data, drafter as dr, explain, target as tg, tasks, tokenizer  # noqa: E402
+from tools.train.rows import TrainData  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parents[1] / "tileinfer" / "assets" / "default"
 
@@ -26,10 +27,10 @@ def tiny_pair(vocab_size=300, mask_id=299):
 
 
 def test_templates_and_rename():
-    assert data.rename("x::Sensor; Sensors; Sensor[]", "Sensor", "Beacon") == "x::Beacon; Sensors; Beacon[]"
-    summary = data.explain_python("import os\n\nclass A:\n    def f(self):\n        pass\n\ndef g():\n    pass\n")
+    assert tasks.rename("x::Sensor; Sensors; Sensor[]", "Sensor", "Beacon") == "x::Beacon; Sensors; Beacon[]"
+    summary = explain.explain_python("import os\n\nclass A:\n    def f(self):\n        pass\n\ndef g():\n    pass\n")
     assert summary.startswith("The code defines 1 class and 1 function.") and "The class A has the methods f." in summary
-    assert "### Reply:\n" in data.EDIT and data.EXPLAIN.endswith("### Reply:\n")
+    assert "### Reply:\n" in tasks.LAYOUTS[0]
 
 
 def test_batched_blocks_match_reference_forward():
@@ -57,18 +58,20 @@ def test_batched_blocks_match_reference_forward():
 
 def test_pipeline_few_steps(tmp_path):
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    sources = tokenizer.python_sources([stdlib / "json", stdlib / "email"], limit=30)
+    sources = {"python": corpus.collect("python", [stdlib / "json", stdlib / "email"], limit=30)}
     julia = [data.generate_module(data.TRAIN_SEED0 + i).source(8) for i in range(4)]
-    tok = tokenizer.train_tokenizer([t for _, t in sources] + julia, vocab_size=600)
+    tok = tokenizer.train_tokenizer([t for _, t in sources["python"]] + julia, vocab_size=600)
     assert tok.get_vocab_size() == 600 and tok.token_to_id(tokenizer.MASK) == 599
     tok_dir = tmp_path / "tokenizer"
     tokenizer.save_tokenizer(tok, tok_dir, 2048)
-    mix = {"julia_edit": 0.4, "python_explain": 0.3, "python_code": 0.3}
-    tokens, lengths, replies, counts = data.build_dataset(tok, sources, 40_000, seq_len=1536, mix=mix)
-    assert counts["julia_edit"]["examples"] > 0 and len(replies) > 0
+    mix = {"edit": 0.4, "explain": 0.3, "code": 0.3}
+    buckets, counts = data.build_dataset(tok, sources, 40_000, {512: 0.5, 1536: 0.5}, mix=mix, max_misses=200)
+    tokens, lengths, replies = buckets[1536]
+    assert counts[1536]["edit/julia"]["examples"] > 0 and len(replies) > 0
     assert tokens.dtype.name == "uint16" and (lengths <= 1536).all()
-    data.save_dataset(tmp_path / "data", tokens, lengths, replies, {"kinds": counts})
-    train = data.TrainData(tmp_path / "data", held_out_rows=2)
+    data.save_dataset(tmp_path / "data", buckets, {"kinds": counts})
+    train = TrainData(tmp_path / "data", held_out_rows=2)
+    assert train.seq_lens == [512, 1536]
 
     t_cfg = tg.target_config(600, 0, max_position_embeddings=2048, **tg.TINY)
     target = tg.build_target(t_cfg)
@@ -90,7 +93,7 @@ def test_pipeline_few_steps(tmp_path):
     loaded_t = Qwen3ForCausalLM.from_pretrained(tmp_path / "pair" / "target", dtype=torch.bfloat16)
     loaded_d = DFlashDraftModel.from_pretrained(tmp_path / "pair" / "drafter", dtype=torch.bfloat16)
     assert loaded_d.mask_token_id == 599 and loaded_d.block_size == 16
-    prompt = {"task": "edit", "seed": 0, "ids": tokens[0, :40].tolist()}
+    prompt = {"set": "heldout", "task": "edit", "point": "1k", "seed": 0, "ids": tokens[0, :40].tolist()}
     (row,) = dr.measure_acceptance(loaded_d, loaded_t, [prompt], eos_id=0, max_new_tokens=8)
     assert row["same_as_greedy"] and row["tokens_per_step"] >= 1
 
@@ -109,6 +112,7 @@ def test_shipped_pair():
     target = Qwen3ForCausalLM.from_pretrained(ASSETS / "target", dtype=torch.float32)
     drafter = DFlashDraftModel.from_pretrained(ASSETS / "drafter", dtype=torch.float32)
     module = data.generate_module(7)
-    ids = tok.encode(data.EDIT.format(code=module.source(2), old=module.type_name, new="Beacon")).ids
+    edit = tasks.LAYOUTS[0].format(code="{code}", instruction=tasks.INSTRUCTIONS["rename"][0])
+    ids = tok.encode(edit.format(code=module.source(2), old=module.type_name, new="Beacon")).ids
     (row,) = dr.measure_acceptance(drafter, target, [{"task": "edit", "seed": 7, "ids": ids}], 0, max_new_tokens=16)
     assert row["same_as_greedy"]

@@ -93,7 +93,7 @@ def build_prompt(task, n_tokens, tokenizer, seed=0):
 
     if count(0) > n_tokens:
         raise ValueError(f"{n_tokens} tokens cannot hold even an empty module ({count(0)} tokens)")
-    k = _last_fitting(lambda k: count(k) <= n_tokens)
+    k = last_fitting(lambda k: count(k) <= n_tokens)
     for k_try in range(k, max(k - 3, -1), -1):
         for attempt in range(4):
             filler = _fit_filler(lambda f: count(k_try, f), n_tokens, seed * 1009 + attempt)
@@ -112,7 +112,7 @@ def render_prompt(task, n_tokens, tokenizer, seed=0):
     return p.text, p.ids
 
 
-def _last_fitting(fits):
+def last_fitting(fits):
     """Largest k with fits(k), given fits(0) and fits monotone: gallop, then bisect."""
     hi = 1
     while fits(hi):

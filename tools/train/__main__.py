@@ -10,19 +10,34 @@ import time
 from pathlib import Path
 
 
+def parse_seq_lens(text):
+    """"2048:0.5,4096:0.25,8192:0.25" -> {2048: 0.5, 4096: 0.25, 8192: 0.25} (shares of the tokens)."""
+    try:
+        out = {int(n): float(w) for n, w in (item.split(":") for item in text.split(","))}
+    except ValueError:
+        raise SystemExit(f"--seq-lens {text!r}: write row lengths and token shares as 2048:0.5,8192:0.5")
+    if sorted(out) != list(out) or abs(sum(out.values()) - 1) > 1e-6:
+        raise SystemExit(f"--seq-lens {text!r}: lengths must rise and shares sum to 1")
+    return out
+
+
 def cmd_data(args):
     from tileinfer_profiling.prompts import generate_module
-    from tools.train import data, tokenizer
+    from tools.train import budget, corpus, data, tokenizer
 
     t0 = time.perf_counter()
     out = Path(args.out)
-    sources = tokenizer.python_sources(seed=args.seed, limit=args.files)
+    seq_lens = parse_seq_lens(args.seq_lens)
+    sources = {"python": corpus.collect("python", seed=args.seed, limit=args.files),
+               "c": corpus.collect("c", seed=args.seed, limit=args.c_files),
+               "shell": corpus.collect("shell", seed=args.seed, limit=args.shell_files)}
     texts, n = [], 0
-    for _, text in sources:
-        texts.append(text)
-        n += len(text)
-        if n > args.tokenizer_mb * 1e6:
-            break
+    for lang in ("python", "c", "shell"):
+        for _, text in sources[lang]:
+            texts.append(text)
+            n += len(text)
+            if n > args.tokenizer_mb * 1e6 * (1.0 if lang == "python" else 1.25):
+                break
     if args.tokenizer:  # keep an earlier tokenizer, so a target trained on it can continue
         from tokenizers import Tokenizer
         tok = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
@@ -32,16 +47,24 @@ def cmd_data(args):
         tok = tokenizer.train_tokenizer(texts + julia, args.vocab_size)
     tokenizer.save_tokenizer(tok, out / "tokenizer", args.max_positions)
     print(f"tokenizer: {tok.get_vocab_size()} ids from {len(texts)} files + {len(julia)} modules, "
-          f"{time.perf_counter() - t0:.0f} s")
-    tokens, lengths, replies, counts = data.build_dataset(tok, sources, args.num_tokens, args.seq_len, args.seed)
-    prompts = data.eval_prompts(tok, range(args.eval_seeds), args.eval_tokens)
-    meta = {"rows": len(tokens), "seq_len": args.seq_len, "tokens": int(lengths.sum()),
-            "padding": round(1 - lengths.sum() / tokens.size, 4), "python_files": len(sources),
-            "kinds": counts, "seed": args.seed}
-    data.save_dataset(out, tokens, lengths, replies, meta)
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    buckets, counts = data.build_dataset(tok, sources, args.num_tokens, seq_lens, args.seed)
+    prompts = data.eval_prompts(tok, range(args.eval_seeds), args.heldout_prompts)
+    real = sum(int(b[1].sum()) for b in buckets.values())
+    size = sum(b[0].size for b in buckets.values())
+    meta = {"seed": args.seed, "tokens": real, "padding": round(1 - real / size, 4),
+            "rows": {n: len(b[0]) for n, b in buckets.items()}, "seq_lens": seq_lens, "kinds": counts,
+            "julia_seeds": f">= {data.TRAIN_SEED0}",
+            "files": {lang: [p for p, _ in src] for lang, src in sources.items()}}
+    data.save_dataset(out, buckets, meta)
     (out / "eval_prompts.json").write_text(json.dumps(prompts) + "\n")
-    print(json.dumps(meta, indent=2))
-    print(f"data: {tokens.nbytes / 2**20:.1f} MiB in {time.perf_counter() - t0:.0f} s")
+    print(json.dumps({k: v for k, v in meta.items() if k != "files"}, indent=1))
+    print(f"files: " + ", ".join(f"{len(v)} {k}" for k, v in meta["files"].items()))
+    mib = sum(b[0].nbytes for b in buckets.values()) / 2**20
+    print(f"data: {mib:.1f} MiB in {time.perf_counter() - t0:.0f} s")
+    est = budget.estimate(args.target_seconds, args.drafter_seconds, seq_lens, real,
+                          [len(p["ids"]) for p in prompts])
+    print(budget.report(est))
 
 
 def ship(pair, out, split_mib):
@@ -56,10 +79,24 @@ def ship(pair, out, split_mib):
         os.remove(out / "pair.tar")
 
 
+def summarize(rows):
+    """Mean tokens per step, new tokens and lossless count per (set, task, point)."""
+    summary = {}
+    for key in dict.fromkeys((r["set"], r["task"], r["point"]) for r in rows):
+        rs = [r for r in rows if (r["set"], r["task"], r["point"]) == key]
+        summary["/".join(key)] = {
+            "set": key[0], "task": key[1], "point": key[2], "prompts": len(rs),
+            "mean_tokens_per_step": round(sum(r["tokens_per_step"] for r in rs) / len(rs), 3),
+            "min_tokens_per_step": min(r["tokens_per_step"] for r in rs),
+            "mean_new_tokens": round(sum(r["new_tokens"] for r in rs) / len(rs), 1),
+            "same_as_greedy": sum(r.get("same_as_greedy", False) for r in rs)}
+    return summary
+
+
 def cmd_train(args):
     import torch
     from tools.train import drafter as dr, target as tg
-    from tools.train.data import TrainData
+    from tools.train.rows import TrainData
 
     torch.backends.cuda.matmul.allow_tf32 = True
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -113,27 +150,30 @@ def cmd_train(args):
     prompts = json.loads((Path(args.data) / "eval_prompts.json").read_text())
     if args.eval_prompts:
         prompts = [p for p in prompts if p["seed"] < args.eval_prompts]
+    if args.eval_max_tokens:
+        prompts = [p for p in prompts if len(p["ids"]) <= args.eval_max_tokens]
     t0 = time.perf_counter()
     rows = dr.measure_acceptance(drafter, target, prompts, eos_id, args.max_new_tokens)
     results["eval_seconds"] = round(time.perf_counter() - t0, 1)
     results["acceptance"] = rows
-    summary = {}
-    for task in sorted({r["task"] for r in rows}):
-        rs = [r for r in rows if r["task"] == task]
-        summary[task] = {"prompts": len(rs),
-                         "mean_tokens_per_step": round(sum(r["tokens_per_step"] for r in rs) / len(rs), 3),
-                         "seed0_tokens_per_step": next((r["tokens_per_step"] for r in rs if r["seed"] == 0), None),
-                         "mean_new_tokens": round(sum(r["new_tokens"] for r in rs) / len(rs), 1),
-                         "same_as_greedy": sum(r.get("same_as_greedy", False) for r in rs)}
+    summary = summarize(rows)
     results["summary"] = summary
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    manifest = {"data": {k: v for k, v in json.loads((Path(args.data) / "data.json").read_text()).items()
+                         if k != "files"},
+                "train": {k: results[k] for k in ("device", "torch", "target_train_seconds", "target_eval",
+                                                  "drafter_train_seconds")},
+                "args": vars(args),
+                "benchmark": {k: v for k, v in summary.items() if v["set"] == "benchmark"},
+                "heldout": {k: v for k, v in summary.items() if v["set"] == "heldout"}}
+    (pair / "training.json").write_text(json.dumps(manifest, indent=1) + "\n")
     (out / "history.json").write_text(json.dumps({"target": hist_t, "drafter": hist_d}) + "\n")
     ship(pair, out, args.split_mib)
     log_file.close()
-    print(f"\n{'task':8} {'prompts':>7} {'tok/step':>8} {'seed0':>6} {'new':>6} {'=greedy':>7}")
-    for task, s in summary.items():
-        print(f"{task:8} {s['prompts']:7} {s['mean_tokens_per_step']:8.3f} {s['seed0_tokens_per_step']!s:>6} "
-              f"{s['mean_new_tokens']:6.1f} {s['same_as_greedy']:7}")
+    print(f"\n{'set':9} {'task':8} {'point':5} {'prompts':>7} {'tok/step':>8} {'new':>6} {'=greedy':>7}")
+    for key, r in summary.items():
+        print(f"{r['set']:9} {r['task']:8} {r['point']:5} {r['prompts']:7} {r['mean_tokens_per_step']:8.3f} "
+              f"{r['mean_new_tokens']:6.1f} {r['same_as_greedy']:7}")
     print(f"target {results['target_params'] / 1e6:.2f} M params, {results['target_train_seconds']} s, "
           f"{results['target_eval']}; drafter {results['drafter_params'] / 1e6:.2f} M, {results['drafter_train_seconds']} s")
 
@@ -144,15 +184,20 @@ def main(argv=None):
     d = sub.add_parser("data", help="tokenizer + packed training tokens + eval prompts (CPU)")
     d.add_argument("--out", default=".train_data")
     d.add_argument("--files", type=int, default=8000, help="Python files to draw from")
+    d.add_argument("--c-files", type=int, default=3000, help="C headers to draw from")
+    d.add_argument("--shell-files", type=int, default=1000, help="shell scripts to draw from")
     d.add_argument("--tokenizer", default=None, help="reuse the tokenizer.json in this directory")
     d.add_argument("--tokenizer-mb", type=float, default=25.0)
     d.add_argument("--tokenizer-julia", type=int, default=300)
     d.add_argument("--vocab-size", type=int, default=4096)
-    d.add_argument("--num-tokens", type=int, default=18_000_000)
-    d.add_argument("--seq-len", type=int, default=2048)
+    d.add_argument("--num-tokens", type=int, default=24_000_000,
+                   help="real tokens in all; the rows must stay under the GPU call's 64 MiB carry")
+    d.add_argument("--seq-lens", default="2048:0.5,4096:0.25,8192:0.25", help="row lengths and their token shares")
     d.add_argument("--max-positions", type=int, default=16384)
     d.add_argument("--eval-seeds", type=int, default=8)
-    d.add_argument("--eval-tokens", type=int, default=1024, help="prompt length of the eval prompts")
+    d.add_argument("--heldout-prompts", type=int, default=4, help="held-out prompts per task and length")
+    d.add_argument("--target-seconds", type=float, default=270, help="for the printed time budget")
+    d.add_argument("--drafter-seconds", type=float, default=170, help="for the printed time budget")
     d.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("train", help="target + drafter + acceptance (GPU)")
     t.add_argument("--data", default=".train_data")
@@ -162,18 +207,19 @@ def main(argv=None):
     t.add_argument("--tiny", action="store_true", help="tiny shapes for the CPU smoke test")
     t.add_argument("--init-target", default=None, help="start from this target directory")
     t.add_argument("--max-positions", type=int, default=16384)
-    t.add_argument("--target-seconds", type=float, default=200)
+    t.add_argument("--target-seconds", type=float, default=270)
     t.add_argument("--target-steps", type=int, default=10**9)
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--drafter-layers", type=int, default=2)
     t.add_argument("--block-size", type=int, default=16)
-    t.add_argument("--drafter-seconds", type=float, default=120)
+    t.add_argument("--drafter-seconds", type=float, default=170)
     t.add_argument("--drafter-steps", type=int, default=10**9)
     t.add_argument("--drafter-batch-size", type=int, default=16)
     t.add_argument("--anchors", type=int, default=64, help="blocks per row per step")
-    t.add_argument("--drafter-lr", type=float, default=1e-3)
+    t.add_argument("--drafter-lr", type=float, default=1.5e-3)
     t.add_argument("--eval-prompts", type=int, default=0, help="only seeds below this (0: all)")
+    t.add_argument("--eval-max-tokens", type=int, default=0, help="only prompts this long at most (0: all)")
     t.add_argument("--max-new-tokens", type=int, default=128)
     t.add_argument("--split-mib", type=int, default=15, help="split pair.tar into parts (0: keep whole)")
     t.add_argument("--seed", type=int, default=0)

@@ -1,94 +1,34 @@
-"""Training data for the default pair: Python code plus edit/explain examples in the benchmark's templates.
+"""Training rows for the default pair: copy, edit, continue and explain examples on code of several
+languages, packed into a curriculum of row lengths.
 
-Examples are whole (a prompt, its reply, `<|endoftext|>`) and packed into rows of `seq_len` tokens;
-rows are padded with `<|endoftext|>` past their `lengths`. `replies` lists the (row, start, end)
-spans of every reply, where the drafter's anchors are drawn most often.
+Examples are whole (a prompt, its reply, `<|endoftext|>`); each is sized for one row length and
+packed first-fit into rows of that length, padded with `<|endoftext|>` past their `lengths`.
+`replies` lists the (row, start, end) spans where the drafter's anchors are drawn most often. The
+prompts, layouts and files of `tileinfer_profiling.prompts.heldout` and the benchmark's modules
+(seeds 0–7) are never drawn.
 """
 
-import ast
 import json
 import random
-import re
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from tileinfer_profiling.prompts import EDIT as BENCH_EDIT, EXPLAIN as BENCH_EXPLAIN, build_prompt, generate_module
-from tileinfer_profiling.prompts.julia import TYPE_NAMES, filler_comment
-
-EDIT = "{code}\n\n### Task: rename the type {old} to {new} throughout the code above and reply with the whole updated file.\n### Reply:\n"
-EXPLAIN = "{code}\n\n### Task: explain what the code above does.\n### Reply:\n"
-assert (EDIT, EXPLAIN) == (BENCH_EDIT, BENCH_EXPLAIN)
+from tileinfer_profiling.prompts.heldout import TASKS as HELDOUT_TASKS, heldout_prompt
+from tileinfer_profiling.prompts.julia import TYPE_NAMES
+from tileinfer_profiling.prompts.render import last_fitting
+from tileinfer_profiling.prompts.source import blocks, paragraph_blocks
+from tools.train import tasks
+from tools.train.explain import EXPLAIN
 
 # Share of the token budget per kind of example.
-MIX = {"julia_edit": 0.34, "python_edit": 0.16, "julia_explain": 0.10, "python_explain": 0.10,
-       "julia_code": 0.04, "python_code": 0.26}
-EXTRA_NAMES = ["Record", "Entry", "Handler", "Builder", "Context", "Manager", "Resolver", "Channel",
-               "Payload", "Snapshot", "Cursor", "Document", "Profile", "Session", "Widget", "Matrix"]
-TRAIN_SEED0 = 1000  # benchmark modules with seeds below this are never trained on
-
-
-def rename(code, old, new):
-    return re.sub(rf"\b{re.escape(old)}\b", new, code)
-
-
-def listing(names, limit=6):
-    names = list(names)
-    if len(names) > limit:
-        names = names[:limit] + [f"{len(names) - limit} more"]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def plural(n, word):
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def explain_python(code):
-    """A short summary from the syntax tree: imports, classes with their methods, functions."""
-    tree = ast.parse(code)
-    imports, classes, functions = [], [], []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            imports += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imports.append(node.module)
-        elif isinstance(node, ast.ClassDef):
-            methods = [n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            classes.append((node.name, methods))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions.append(node.name)
-    lines = [f"The code defines {plural(len(classes), 'class').replace('classs', 'classes')} "
-             f"and {plural(len(functions), 'function')}."]
-    if imports:
-        lines.append(f"It imports {listing(dict.fromkeys(imports), 5)}.")
-    for name, methods in classes[:4]:
-        lines.append(f"The class {name} has the methods {listing(methods)}." if methods
-                     else f"The class {name} has no methods.")
-    if functions:
-        lines.append(f"The functions are {listing(functions)}.")
-    return "\n".join(lines) + "\n"
-
-
-def explain_julia(code):
-    """A short summary of a Julia module: its types, functions, Base extensions, the type used most."""
-    module = re.search(r"^module (\w+)", code, re.M)
-    types = re.findall(r"^(?:mutable struct|struct|abstract type) (\w+)", code, re.M)
-    defs = re.findall(r"^(?:function )?([\w.!]+)\(.*?\)(?:\s*=|\s*$)", code, re.M)
-    functions = [d for d in dict.fromkeys(defs) if "." not in d and d not in types]
-    extends = [d for d in dict.fromkeys(defs) if d.startswith("Base.")]
-    lines = [f"The code defines the module {module.group(1) if module else 'Main'} with "
-             f"{plural(len(types), 'type')} and {plural(len(functions), 'function')}."]
-    if types:
-        lines.append(f"The types are {listing(types)}.")
-    if functions:
-        lines.append(f"The functions are {listing(functions)}.")
-    if extends:
-        lines.append(f"It extends {listing(extends)}.")
-    if types:
-        main = max(types, key=lambda t: len(re.findall(rf"\b{t}\b", code)))
-        lines.append(f"The type {main} is used throughout the code.")
-    return "\n".join(lines) + "\n"
+MIX = {"copy": 0.18, "edit": 0.26, "continue": 0.08, "explain": 0.12, "code": 0.20, "bench": 0.16}
+# Share of each kind's examples per language (only the languages with an explainer for "explain").
+LANGS = {"python": 0.45, "julia": 0.25, "c": 0.20, "shell": 0.10}
+# Share of the token budget per row length: the curriculum (`TrainData.sample_seq_len`).
+SEQ_LENS = {2048: 0.5, 4096: 0.25, 8192: 0.25}
+TRAIN_SEED0 = 1000  # Julia modules with seeds below this are never trained on
 
 
 class Encoder:
@@ -105,97 +45,71 @@ class Encoder:
         return p + self(reply) + [self.eos], len(p)
 
 
-def julia_code(rng, enc, max_tokens):
-    """A benchmark-style module whose code has at most `max_tokens` tokens (parts, then filler)."""
-    module = generate_module(rng.randrange(TRAIN_SEED0, 10**9))
-    k = 1
-    while len(enc(module.source(k + 1))) <= max_tokens and k < 60:
-        k += 1
-    code = module.source(k)
-    if rng.random() < 0.5:
-        room = max_tokens - len(enc(code))
-        if room > 20:
-            filler = filler_comment(rng.randrange(10**9), rng.randrange(room * 2, room * 4))
-            while filler and len(enc(module.source(k, filler + "\n\n"))) > max_tokens:
-                filler = filler[: int(len(filler) * 0.8)].rstrip()
-            code = module.source(k, filler + "\n\n" if filler else "")
-    return module, code
-
-
-def python_chunk(rng, enc, text, max_tokens):
-    """A run of whole top-level statements of `text` with at most `max_tokens` tokens, or None."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+def cut(rng, enc, text, lang, budget):
+    """A run of whole blocks of `text` (top-level statements for Python, else paragraphs) with about
+    `budget` tokens at most, from a random block or the start; None when the first block is larger."""
+    parts = blocks(text, lang) or paragraph_blocks(text)
+    if not parts:
         return None
-    lines = text.split("\n")
-    spans = []
-    for node in tree.body:
-        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        spans.append((first - 1, node.end_lineno))
-    if not spans:
-        return None
-    i = rng.randrange(len(spans)) if rng.random() < 0.7 else 0
-    start = 0 if i == 0 else spans[i][0]
-    end, n = None, 0
-    for a, b in spans[i:]:
-        n += len(enc("\n".join(lines[a:b]))) + 1
-        if n > max_tokens:
+    start = rng.randrange(len(parts)) if rng.random() < 0.6 else 0
+    end, n = start, 0
+    while end < len(parts):
+        k = len(enc(parts[end])) + 1
+        if n + k > budget:
             break
-        end = b
-    if end is None:
-        return None
-    code = "\n".join(lines[start:end]).strip("\n") + "\n"
-    return code if len(enc(code)) <= max_tokens else None
+        n, end = n + k, end + 1
+    return "\n".join(parts[start:end]) if end > start else None
 
 
-def code_budget(rng, room):
-    """Tokens for the code part: often near the benchmark's ~1k, sometimes much shorter."""
-    return rng.randint(room * 7 // 10, room) if rng.random() < 0.6 else rng.randint(min(150, room // 2), room)
+def julia_code(rng, enc, budget):
+    """(module, code): a module of seed ≥ TRAIN_SEED0 with the most parts that fit `budget` tokens."""
+    module = generate_module(rng.randrange(TRAIN_SEED0, 10**9))
+    k = last_fitting(lambda k: k < 400 and len(enc(module.source(k))) <= budget)
+    return module, module.source(k)
 
 
-def new_name(rng, code):
-    while True:
-        pool = TYPE_NAMES if rng.random() < 0.6 else EXTRA_NAMES
-        name = rng.choice(pool)
-        if rng.random() < 0.2:
-            name = rng.choice(["Base", "Fast", "Simple", "Sparse", "Local", "Cached"]) + name
-        if not re.search(rf"\b{name}\b", code):
-            return name
+def code_budget(rng, seq_len, kind):
+    """Tokens of code for an example of `kind` in a row of `seq_len`: copy and edit replies repeat the
+    code, so they take half; short rows also get short examples."""
+    room = (seq_len - 200) // 2 if kind in ("copy", "edit", "bench") else seq_len - 300
+    low = 100 if seq_len == min(SEQ_LENS) else seq_len // 5
+    return rng.randint(min(low, room), room)
 
 
-def make_example(kind, rng, enc, sources, seq_len):
-    """(ids, reply_start) of one example of `kind`, or None when the drawn source does not fit."""
-    room = (seq_len - 48) // 2
-    if kind == "julia_edit":
-        module, code = julia_code(rng, enc, code_budget(rng, room))
-        names = re.findall(r"^(?:mutable struct|struct) (\w+)", code, re.M)
-        old = module.type_name if rng.random() < 0.8 or not names else rng.choice(names)
-        new = new_name(rng, code)
-        return enc.example(EDIT.format(code=code, old=old, new=new), rename(code, old, new))
-    if kind == "julia_explain":
-        _, code = julia_code(rng, enc, code_budget(rng, seq_len - 200))
-        return enc.example(EXPLAIN.format(code=code), explain_julia(code))
-    if kind == "julia_code":
-        _, code = julia_code(rng, enc, rng.randint(200, seq_len - 1))
-        return enc(code) + [enc.eos], None
-    text = rng.choice(sources)
-    if kind == "python_code":
-        ids = enc(text)[: seq_len - 1]
-        return ids + [enc.eos], None
-    budget = code_budget(rng, room if kind == "python_edit" else seq_len - 200)
-    code = python_chunk(rng, enc, text, budget)
+def make_example(kind, lang, rng, enc, sources, seq_len):
+    """(ids, reply_start) of one example, or None when the drawn source offers no such example."""
+    budget = code_budget(rng, seq_len, kind)
+    if kind == "bench":  # the benchmark's two templates, as the pair was first trained on
+        module, code = julia_code(rng, enc, budget)
+        if rng.random() < 0.7:
+            new = rng.choice([t for t in TYPE_NAMES if t != module.type_name])
+            return enc.example(BENCH_EDIT.format(code=code, old=module.type_name, new=new),
+                               tasks.rename(code, module.type_name, new))
+        return enc.example(BENCH_EXPLAIN.format(code=code), EXPLAIN["julia"](code))
+    if lang == "julia":
+        code = julia_code(rng, enc, budget)[1]
+    else:
+        code = cut(rng, enc, rng.choice(sources[lang])[1], lang, budget)
     if code is None:
         return None
-    if kind == "python_explain":
-        return enc.example(EXPLAIN.format(code=code), explain_python(code))
-    classes = [c for c in re.findall(r"^\s*class (\w+)", code, re.M)
-               if len(re.findall(rf"\b{c}\b", code)) >= 2]
-    if not classes:
-        return None
-    old = rng.choice(classes)
-    new = new_name(rng, code)
-    return enc.example(EDIT.format(code=code, old=old, new=new), rename(code, old, new))
+    if kind == "code":
+        ids = enc(code) + [enc.eos]
+        return ids, min(16, len(ids) - 1)
+    if kind == "copy":
+        return enc.example(tasks.prompt(rng, "copy", code, lang), code)
+    if kind == "explain":
+        reply = EXPLAIN[lang](code)
+        return None if reply is None else enc.example(tasks.prompt(rng, "explain", code, lang), reply)
+    if kind == "continue":
+        lines = code.split("\n")
+        if len(lines) < 8:
+            return None
+        k = rng.randint(len(lines) // 5, len(lines) * 3 // 5)
+        head, rest = "\n".join(lines[:k]) + "\n", "\n".join(lines[k:])
+        return enc.example(tasks.prompt(rng, "continue", head, lang), rest)
+    assert kind == "edit"
+    ex = tasks.edit_example(rng, rng.choice(tasks.EDIT_KINDS), code, lang)
+    return None if ex is None else enc.example(*ex)
 
 
 def pack(examples, seq_len, eos):
@@ -217,67 +131,63 @@ def pack(examples, seq_len, eos):
     return np.stack(rows), np.array(fill, dtype=np.int32), np.array(replies, dtype=np.int32).reshape(-1, 3)
 
 
-def build_dataset(tok, sources, num_tokens, seq_len=2048, seed=0, mix=MIX):
-    """Draw examples until each kind has its share of `num_tokens`, shuffle, pack."""
+def draw_lang(rng, kind, sources):
+    langs = {lang: w for lang, w in LANGS.items() if lang == "julia" or sources.get(lang)}
+    return rng.choices(list(langs), weights=list(langs.values()))[0]
+
+
+def build_dataset(tok, sources, num_tokens, seq_lens=SEQ_LENS, seed=0, mix=MIX, max_misses=2000):
+    """Per row length: draw examples until each kind has its share of the length's tokens, shuffle,
+    pack. `sources` maps a language ("python", "c", "shell") to [(path, text)].
+    Returns {seq_len: (tokens, lengths, replies)} and the counts per length, kind and language."""
+    for kind in mix:
+        if kind not in MIX:
+            raise ValueError(f"unknown example kind {kind!r}: use some of {', '.join(MIX)}")
     rng = random.Random(seed)
     enc = Encoder(tok)
-    texts = [text for _, text in sources]
-    examples, counts = [], {}
-    for kind, share in mix.items():
-        budget, n, k, misses = int(share * num_tokens), 0, 0, 0
-        while n < budget and misses < 1000:
-            ex = make_example(kind, rng, enc, texts, seq_len)
-            if ex is None or len(ex[0]) > seq_len:
-                misses += 1
-                continue
-            examples.append(ex)
-            n, k = n + len(ex[0]), k + 1
-        counts[kind] = {"examples": k, "tokens": n}
-    rng.shuffle(examples)
-    tokens, lengths, replies = pack(examples, seq_len, enc.eos)
-    return tokens, lengths, replies, counts
+    out, counts = {}, {}
+    for seq_len, len_share in seq_lens.items():
+        examples, c = [], {}
+        for kind, share in mix.items():
+            budget, n, misses = int(share * len_share * num_tokens), 0, 0
+            while n < budget and misses < max_misses:
+                lang = "julia" if kind == "bench" else draw_lang(rng, kind, sources)
+                ex = make_example(kind, lang, rng, enc, sources, seq_len)
+                if ex is None or len(ex[0]) > seq_len:
+                    misses += 1
+                    continue
+                examples.append(ex)
+                n += len(ex[0])
+                key = f"{kind}/{lang}"
+                c[key] = {"examples": c.get(key, {}).get("examples", 0) + 1,
+                          "tokens": c.get(key, {}).get("tokens", 0) + len(ex[0])}
+        if not examples:
+            raise ValueError(f"no example fits rows of {seq_len} tokens: the sources are empty or too small")
+        rng.shuffle(examples)
+        out[seq_len] = pack(examples, seq_len, enc.eos)
+        counts[seq_len] = c
+    return out, counts
 
 
-def eval_prompts(tok, seeds=range(8), n_tokens=1024):
-    """The benchmark's edit and explain prompts (seed 0 is the benchmark's own) as token ids."""
-    return [{"task": task, "seed": s, "ids": build_prompt(task, n_tokens, tok, s).ids}
+def eval_prompts(tok, seeds=range(8), heldout_per_task=4, points=(("1k", 1024), ("8k", 8192))):
+    """The benchmark's 1k edit and explain prompts (seed 0 is the benchmark's own) and the held-out
+    prompts at each point, as token ids."""
+    rows = [{"set": "benchmark", "task": task, "point": "1k", "seed": s, "ids": build_prompt(task, 1024, tok, s).ids}
             for task in ("edit", "explain") for s in seeds]
+    for point, n in points:
+        for task in HELDOUT_TASKS:
+            for i in range(heldout_per_task):
+                p = heldout_prompt(task, n, tok, i)
+                rows.append({"set": "heldout", "task": task, "point": point, "seed": i, "source": p.source,
+                             "ids": p.ids})
+    return rows
 
 
-def save_dataset(out_dir, tokens, lengths, replies, meta):
+def save_dataset(out_dir, buckets, meta):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    np.save(out / "tokens.npy", tokens)
-    np.save(out / "lengths.npy", lengths)
-    np.save(out / "replies.npy", replies)
+    for seq_len, (tokens, lengths, replies) in buckets.items():
+        np.save(out / f"tokens_{seq_len}.npy", tokens)
+        np.save(out / f"lengths_{seq_len}.npy", lengths)
+        np.save(out / f"replies_{seq_len}.npy", replies)
     (out / "data.json").write_text(json.dumps(meta, indent=2) + "\n")
-
-
-class TrainData:
-    """The packed rows on the training machine: random batches, reply spans, a held-out tail."""
-
-    def __init__(self, data_dir, held_out_rows=64):
-        d = Path(data_dir)
-        self.tokens = np.load(d / "tokens.npy")
-        self.lengths = np.load(d / "lengths.npy")
-        replies = np.load(d / "replies.npy")
-        self.spans = [[] for _ in range(len(self.tokens))]
-        for r, s, e in replies:
-            self.spans[r].append((int(s), int(e)))
-        self.num_train = max(1, len(self.tokens) - min(held_out_rows, len(self.tokens) // 10))
-
-    def rows(self, idx, device):
-        x = torch.from_numpy(self.tokens[idx].astype(np.int64)).to(device, non_blocking=True)
-        lengths = torch.from_numpy(self.lengths[idx].astype(np.int64)).to(device)
-        return x, lengths
-
-    def batch(self, batch_size, gen, device, with_rows=False):
-        idx = torch.randint(0, self.num_train, (batch_size,), generator=gen).numpy()
-        x, lengths = self.rows(idx, device)
-        return (x, lengths, idx) if with_rows else (x, lengths)
-
-    def held_out(self, batch_size, device):
-        for i in range(self.num_train, len(self.tokens), batch_size):
-            idx = np.arange(i, min(i + batch_size, len(self.tokens)))
-            x, lengths = self.rows(idx, device)
-            yield x, lengths, [(j, s, e) for j, r in enumerate(idx) for s, e in self.spans[r]]

@@ -19,6 +19,7 @@ from transformers import Qwen3Config
 
 from dflash.model import DFlashDraftModel, build_target_layer_ids, dflash_generate, extract_context_feature
 
+from tools.train.rows import BASE_SEQ_LEN
 from tools.train.target import budgeted_steps
 
 QWEN3_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
@@ -52,13 +53,12 @@ def position_weights(block_size, decay=7.0):
     return torch.exp(-torch.arange(block_size - 1, dtype=torch.float32) / decay)
 
 
-def sample_anchors(data, rows, n, block_size, rng, reply_share=0.75):
-    """[len(rows), n] anchor positions: most inside replies (where drafting happens), the rest anywhere."""
-    out = np.empty((len(rows), n), dtype=np.int64)
-    for i, r in enumerate(rows):
-        length = int(data.lengths[r])
+def sample_anchors(lengths, spans, n, rng, reply_share=0.75):
+    """[len(lengths), n] anchor positions: most inside replies (where drafting happens), the rest anywhere."""
+    out = np.empty((len(lengths), n), dtype=np.int64)
+    for i, (length, row_spans) in enumerate(zip(lengths.tolist(), spans)):
         anywhere = rng.integers(1, max(2, length - 1), size=n)
-        reply = [np.arange(s, e - 1) for s, e in data.spans[r] if e - 1 > s]
+        reply = [np.arange(s, e - 1) for s, e in row_spans if e - 1 > s]
         if reply:
             reply = np.concatenate(reply)
             k = int(n * reply_share)
@@ -114,9 +114,11 @@ def train_drafter(drafter, target, data, seconds, batch_size=16, anchors_per_row
     weights = position_weights(drafter.block_size)
     gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
     history = []
-    for step, elapsed in budgeted_steps(opt, lr, warmup, seconds, max_steps):
-        x, lengths, rows = data.batch(batch_size, gen, device, with_rows=True)
-        anchors = torch.from_numpy(sample_anchors(data, rows, anchors_per_row, drafter.block_size, rng)).to(device)
+    for step, elapsed, progress in budgeted_steps(opt, lr, warmup, seconds, max_steps):
+        b = data.batch(batch_size, gen, device, progress)
+        x, lengths = b.x, b.lengths
+        n = max(1, anchors_per_row * x.shape[1] // BASE_SEQ_LEN)  # the same number of blocks per step
+        anchors = torch.from_numpy(sample_anchors(lengths.cpu(), b.spans, n, rng)).to(device)
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             loss, accepted = drafter_loss(drafter, target, x, lengths, anchors, weights)
         opt.zero_grad(set_to_none=True)
@@ -124,7 +126,7 @@ def train_drafter(drafter, target, data, seconds, batch_size=16, anchors_per_row
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
         if step % log_every == 0:
-            row = {"step": step, "seconds": round(elapsed, 1), "loss": round(loss.item(), 4),
+            row = {"step": step, "seconds": round(elapsed, 1), "seq_len": x.shape[1], "loss": round(loss.item(), 4),
                    "train_tokens_per_step": round(accepted.item(), 3), "lr": opt.param_groups[0]["lr"]}
             history.append(row)
             log(f"drafter {row}")
@@ -160,7 +162,7 @@ def measure_acceptance(drafter, target, prompts, eos_id, max_new_tokens=128, che
         seconds = time.perf_counter() - t0
         new = res.output_ids[0, ids.shape[1]:].tolist()
         acc = res.acceptance_lengths
-        row = {"task": p["task"], "seed": p["seed"], "prompt_tokens": ids.shape[1], "new_tokens": len(new),
+        row = {**{k: v for k, v in p.items() if k != "ids"}, "prompt_tokens": ids.shape[1], "new_tokens": len(new),
                "steps": len(acc), "tokens_per_step": round(sum(acc) / max(len(acc), 1), 3),
                "acceptance_lengths": acc, "seconds": round(seconds, 3), "output_ids": new}
         if check_greedy:

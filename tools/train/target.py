@@ -52,7 +52,8 @@ def cosine_lr(lr, step, warmup, frac, floor=0.1):
 
 def budgeted_steps(opt, lr, warmup, seconds, max_steps):
     """Step numbers until `seconds` or `max_steps`, setting the learning rate of each: warm-up, then a
-    cosine over whichever budget runs out first. Yields (step, seconds since the start)."""
+    cosine over whichever budget runs out first. Yields (step, seconds since the start, share of the
+    budget used)."""
     start, step = time.perf_counter(), 0
     while step < max_steps:
         frac = max(step / max_steps, (time.perf_counter() - start) / seconds)
@@ -60,7 +61,7 @@ def budgeted_steps(opt, lr, warmup, seconds, max_steps):
             return
         for group in opt.param_groups:
             group["lr"] = cosine_lr(lr, step, warmup, frac)
-        yield step, time.perf_counter() - start
+        yield step, time.perf_counter() - start, frac
         step += 1
 
 
@@ -74,8 +75,9 @@ def train_target(model, data, seconds, batch_size=32, lr=2e-3, warmup=100, max_s
                             lr=lr, betas=(0.9, 0.95), fused=device == "cuda")
     gen = torch.Generator().manual_seed(seed)
     history, tokens = [], 0
-    for step, elapsed in budgeted_steps(opt, lr, warmup, seconds, max_steps):
-        x, lengths = data.batch(batch_size, gen, device)
+    for step, elapsed, progress in budgeted_steps(opt, lr, warmup, seconds, max_steps):
+        b = data.batch(batch_size, gen, device, progress)
+        x, lengths = b.x, b.lengths
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             loss = lm_loss(model, x, lengths)
         opt.zero_grad(set_to_none=True)
@@ -84,7 +86,7 @@ def train_target(model, data, seconds, batch_size=32, lr=2e-3, warmup=100, max_s
         opt.step()
         tokens += int(lengths.sum())
         if step % log_every == 0:
-            row = {"step": step, "seconds": round(elapsed, 1), "loss": round(loss.item(), 4),
+            row = {"step": step, "seconds": round(elapsed, 1), "seq_len": x.shape[1], "loss": round(loss.item(), 4),
                    "lr": opt.param_groups[0]["lr"], "tokens": tokens}
             history.append(row)
             log(f"target {row}")
@@ -96,11 +98,12 @@ def evaluate_target(model, data, device, batch_size=8):
     """Held-out loss, and greedy next-token accuracy inside replies (how well it does the tasks)."""
     model.eval()
     losses, hits, total = [], 0, 0
-    for x, lengths, spans in data.held_out(batch_size, device):
+    for b in data.held_out(batch_size, device):
+        x = b.x
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            losses.append(lm_loss(model, x, lengths).item())
+            losses.append(lm_loss(model, x, b.lengths).item())
             pred = model(input_ids=x).logits.argmax(-1)
-        for r, s, e in spans:
+        for r, s, e in ((r, s, e) for r, spans in enumerate(b.spans) for s, e in spans):
             hits += int((pred[r, s - 1:e - 1] == x[r, s:e]).sum())
             total += e - s
     return {"held_out_loss": round(sum(losses) / max(len(losses), 1), 4),

@@ -1,0 +1,39 @@
+"""How the one GPU call's time divides, and what the step budget buys: an estimate printed before
+training so the call is sized to fit.
+
+Step times are from the first training run on one H200 (MODEL.md): target 66 ms per step of
+32 × 2,048 tokens (3,176 steps in 210 s), drafter 28 ms per step of 16 × 2,048 tokens with 64 blocks
+per row (4,626 in 130 s). Longer rows hold the same tokens per step; attention grows with the row
+length, guessed here at a quarter of the step at 2,048 tokens (not yet measured at 8,192).
+"""
+
+TARGET_MS_2K = 66.0
+DRAFTER_MS_2K = 28.0
+ATTENTION_SHARE_2K = 0.25
+STARTUP_S = 30.0  # imports, CUDA init, loading the rows
+EVAL_S_PER_PROMPT = {1024: 1.5, 8192: 4.0}  # speculative + plain decoding of 128 tokens, with the reference
+SHIP_S = 10.0
+CALL_LIMIT_S = 540.0  # one GPU call of 9 minutes
+
+
+def step_ms(ms_2k, seq_len):
+    return ms_2k * (1 - ATTENTION_SHARE_2K + ATTENTION_SHARE_2K * seq_len / 2048)
+
+
+def estimate(target_seconds, drafter_seconds, token_shares, data_tokens, eval_prompt_lens, batch_size=32):
+    """{name: value} of the call's time and the target's passes over the data; `token_shares` maps
+    row length -> share of the sampled steps after the short-row warm-up."""
+    mean_ms = sum(share * step_ms(TARGET_MS_2K, n) for n, share in token_shares.items())
+    steps = target_seconds * 1000 / mean_ms
+    eval_s = sum(EVAL_S_PER_PROMPT.get(n, 4.0 * n / 8192) for n in eval_prompt_lens)
+    total = STARTUP_S + target_seconds + drafter_seconds + eval_s + 2 * SHIP_S
+    return {"target_steps": int(steps), "target_tokens_M": round(steps * batch_size * 2048 / 1e6, 1),
+            "passes_over_data": round(steps * batch_size * 2048 / max(data_tokens, 1), 1),
+            "eval_seconds": round(eval_s), "call_seconds": round(total), "call_limit_seconds": CALL_LIMIT_S}
+
+
+def report(est):
+    fits = "fits" if est["call_seconds"] <= est["call_limit_seconds"] else "DOES NOT FIT"
+    return (f"time budget: ~{est['call_seconds']} s of the {est['call_limit_seconds']:.0f} s call ({fits}); "
+            f"target ~{est['target_steps']} steps, {est['target_tokens_M']} M tokens, "
+            f"{est['passes_over_data']} passes over the data; evaluation ~{est['eval_seconds']} s")
