@@ -60,46 +60,68 @@ def _weight_to(w, dtype: tl.constexpr, FAST_I8: tl.constexpr):
 
 @triton.jit
 def _rows_acc(
-    x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn,
+    x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr,
+    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
-    [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded)."""
+    [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
+    rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
+    w_rows2 = w_rows + up_rows * stride_wn
+    w_mask = n_mask[:, None]
     if BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
-            w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            xk = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0)
-            acc += _weight_to(w, tl.float32, FAST_I8) * xk.to(tl.float32)[None, :]
+            xk = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)[None, :]
+            w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+            if TWO:
+                w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+                acc2 += _weight_to(w2, tl.float32, FAST_I8) * xk
+            acc += _weight_to(w, tl.float32, FAST_I8) * xk
         out = tl.sum(acc, axis=1)
+        out2 = tl.sum(acc2, axis=1)
         if HAS_SCALE:
             out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        return out
+            if TWO:
+                out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        return out, out2
     else:
         offs_m = tl.arange(0, BLOCK_M)
         m_mask = offs_m < M
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
-            w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
             xt = tl.load(
                 x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
                 mask=m_mask[None, :] & k_mask[:, None], other=0.0,
             )
-            if DOT_FP32:
-                acc += tl.dot(_weight_to(w, tl.float32, FAST_I8), xt.to(tl.float32))
-            elif DOT_IEEE:
-                acc = tl.dot(_weight_to(w, xt.dtype, FAST_I8), xt, acc, input_precision="ieee")
-            else:
-                acc = tl.dot(_weight_to(w, xt.dtype, FAST_I8), xt, acc)
+            w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+            if TWO:
+                w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+                acc2 = _dot_acc(w2, xt, acc2, DOT_FP32, DOT_IEEE, FAST_I8)
+            acc = _dot_acc(w, xt, acc, DOT_FP32, DOT_IEEE, FAST_I8)
         if HAS_SCALE:
             acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
-        return acc
+            if TWO:
+                acc2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        return acc, acc2
+
+
+@triton.jit
+def _dot_acc(w, xt, acc, DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr):
+    """acc + W_tile @ x_tile^T (swap-AB), in the precision the inputs call for."""
+    if DOT_FP32:
+        return acc + tl.dot(_weight_to(w, tl.float32, FAST_I8), xt.to(tl.float32))
+    elif DOT_IEEE:
+        return tl.dot(_weight_to(w, xt.dtype, FAST_I8), xt, acc, input_precision="ieee")
+    else:
+        return tl.dot(_weight_to(w, xt.dtype, FAST_I8), xt, acc)
 
 
 @triton.jit
@@ -132,11 +154,8 @@ def _skinny_gemm_kernel(
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     y_base = y_ptr + pid_k * stride_ys
-    acc = _rows_acc(x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn,
-                    HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8)
-    if SWIGLU:
-        up = _rows_acc(x_ptr, w_ptr, scale_ptr, half + offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn,
-                       HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8)
+    acc, up = _rows_acc(x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, half,
+                        HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU)
     if BLOCK_M == 1:
         if SWIGLU and PARTIAL:
             tl.store(y_base + half + offs_n, up, mask=n_mask)
