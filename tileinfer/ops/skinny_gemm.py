@@ -17,6 +17,9 @@ The same kernel serves INT8 weights (HAS_SCALE): int8 tiles are converted to x's
 and the per-channel scale is applied in the epilogue. The conversion avoids the int->float unit
 (16 ops/clk/SM on Hopper): with plain casts the INT8 GEMV ran at 2.3 TB/s effective on an H200 against
 3.9 for BF16, i.e. it was conversion-bound. `skinny_gemm_ref` is the definition.
+
+`swiglu=True` serves the MLP's fused gate_up: each program streams its gate rows and the matching up rows
+in one K loop and stores silu(gate) * up, so the activation needs no launch and gate_up is never written.
 """
 
 from __future__ import annotations
