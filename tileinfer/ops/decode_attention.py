@@ -4,9 +4,9 @@ One launch, grid ``(num_kv_heads, num_splits)``: one program takes every query r
 all T tokens × the GQA group, padded to a ``tl.dot`` tile — over one contiguous share of the cache,
 and writes a partial output and its log-sum-exp; the last program of a KV head to finish (a counter per
 head, reset by that program) merges the head's partials by log-sum-exp, split by split in order, so
-the result does not depend on which program came last. ``kv_len`` is read on the device and ``num_splits`` is a runtime argument,
-so a captured CUDA graph replays for any cache length and a notebook can change the split count
-without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
+the result does not depend on which program came last. ``kv_len`` is read on the device and
+``num_splits`` is a runtime argument, so a captured CUDA graph replays for any cache length and a
+notebook can change the split count without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
 
 Exact mode (a ``split_size`` and a ``block_m`` fixed by the caller): splits start at multiples of
 ``split_size`` whatever the KV length, and the query tile has the same shape for 1 and for 16 tokens,
