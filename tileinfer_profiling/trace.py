@@ -35,7 +35,7 @@ _LAYER_SCOPE = re.compile(r"^(?:(drafter)\.)?layer\.(\d+)\.(\w+)$")
 _CLASS_PATTERNS = (
     ("attention", re.compile(r"_decode_attention|_prefill_attention|_split_kv_attention|_merge_splits"
                              r"|flash|fmha|attention|attn|softmax", re.I)),
-    ("gemm", re.compile(r"_skinny_gemm|_splitk_reduce|_splitk_swiglu|_w8a16|gemm|gemv|cutlass|xmma|aten::(mm|addmm|bmm|matmul|linear|_int_mm)$"
+    ("gemm", re.compile(r"_skinny_gemm|_splitk_reduce|_w8a16|gemm|gemv|cutlass|xmma|aten::(mm|addmm|bmm|matmul|linear|_int_mm)$"
                         r"|matmul", re.I)),
     ("norm_rope", re.compile(r"_rms_norm|_qk_norm_rope|rms_?norm|rope|rotary|layer_?norm", re.I)),
 )

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
+from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.tuning import section
 
@@ -187,17 +188,6 @@ def _check_inputs(q, k_cache, v_cache):
     assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "KV cache rows must be contiguous"
 
 
-_COUNTERS: dict = {}
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed arrival counters, one per KV head, kept per device: each launch leaves them at 0."""
-    counters = _COUNTERS.get(device)
-    if counters is None or counters.numel() < n:
-        counters = _COUNTERS[device] = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
-    return counters
-
-
 @dataclass(frozen=True)
 class DecodeAttentionConfig:
     block_n: int = 64
@@ -250,7 +240,7 @@ def decode_attention(
     mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
     out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
-    counters = _counters(q.device, num_kv_heads)
+    counters = arrival_counters(q.device, num_kv_heads)
 
     def launch(c: DecodeAttentionConfig):
         _split_kv_attention_kernel[(num_kv_heads, num_splits)](

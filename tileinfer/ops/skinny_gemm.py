@@ -5,8 +5,9 @@ owns BLOCK_N rows of W and one of SPLIT_K slices of K, loads [BLOCK_N, BLOCK_K] 
 along K (16-byte loads), and accumulates in fp32. M = 1 multiplies elementwise (GEMV); M in 2..16 pads
 M to 16 and uses `tl.dot` with W as the left operand (swap-AB, so N fills the MMA's M side). The
 small Qwen3-4B shapes (o 2560x4096, down 2560x9728) have too few row tiles to fill 132 SMs, hence
-split-K: each split writes fp32 partials and a second kernel sums them in a fixed order
-(deterministic, no atomics, nothing to zero, so CUDA-graph safe).
+split-K: each split writes fp32 partials, and the last program of an N-tile to arrive (an arrival
+counter it resets, tileinfer.ops.counters) sums them in split order: deterministic, one launch, and
+CUDA-graph safe.
 
 Exact mode (`exact=True`) makes a row's result independent of how many rows share the call: every
 M in 1..16 takes the tl.dot path with M padded to 16, and the config (tiles, split-K, warps, stages)
@@ -29,6 +30,7 @@ import triton
 import triton.language as tl
 
 from tileinfer.ops import INTERPRET
+from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
 
@@ -136,19 +138,39 @@ def _silu_mul(g, u, dtype: tl.constexpr):
 
 
 @triton.jit
+def _sum_splits(part_ptr, offs_n, n_mask, M, num_splits, stride_ps, stride_pm,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Σ_s part[s, m, n] over the splits in order, for one tile: [BLOCK_N] or [BLOCK_N, BLOCK_M]."""
+    if BLOCK_M == 1:
+        ptrs = part_ptr + offs_n
+        mask = n_mask
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        ptrs = part_ptr + offs_m[None, :] * stride_pm + offs_n[:, None]
+        mask = n_mask[:, None] & (offs_m < M)[None, :]
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for s in range(0, num_splits):
+        # .cg: other programs wrote these; read them from L2, never from a stale L1 line
+        acc += tl.load(ptrs + s * stride_ps, mask=mask, other=0.0, cache_modifier=".cg")
+    return acc
+
+
+@triton.jit
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, y_ptr,
+    x_ptr, w_ptr, scale_ptr, y_ptr, part_ptr, counters_ptr,
     M, N, K, k_per_split, half,
-    stride_xm, stride_wn, stride_ym, stride_ys,
+    stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr,
 ):
-    """y[s, m, n] = sum_{k in split s} x[m, k] * W[n, k]  (* scale[n]); s = program_id(1).
+    """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
-    With one split y is the output [M, N] in x's dtype; with several (PARTIAL) it is fp32 partials
-    [SPLIT_K, M, N]. SWIGLU: W is a fused gate_up [2 * half, K]; program n computes gate rows n and up
-    rows half + n, and without PARTIAL stores silu(gate) * up [M, half] (the gate_up never leaves it).
+    With several splits (PARTIAL) each program writes fp32 partials [SPLIT_K, M, N] to part_ptr and the
+    last program of an N-tile to arrive sums them in split order and writes y. SWIGLU: W is a fused
+    gate_up [2 * half, K]; program n computes gate rows n and up rows half + n and y = silu(gate) * up
+    [M, half] (the gate_up never leaves the kernel).
     """
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -156,52 +178,37 @@ def _skinny_gemm_kernel(
     n_mask = offs_n < (half if SWIGLU else N)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
-    y_base = y_ptr + pid_k * stride_ys
     acc, up = _rows_acc(x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, half,
                         HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU)
     if BLOCK_M == 1:
-        if SWIGLU and PARTIAL:
-            tl.store(y_base + half + offs_n, up, mask=n_mask)
-        if SWIGLU and not PARTIAL:
-            acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
-        tl.store(y_base + offs_n, acc.to(y_ptr.dtype.element_ty), mask=n_mask)
+        y_ptrs = y_ptr + offs_n
+        part_ptrs = part_ptr + pid_k * M * N + offs_n
+        mask = n_mask
     else:
         offs_m = tl.arange(0, BLOCK_M)
+        y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
+        part_ptrs = part_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None]
         mask = n_mask[:, None] & (offs_m < M)[None, :]
-        y_ptrs = y_base + offs_m[None, :] * stride_ym + offs_n[:, None]
-        if SWIGLU and PARTIAL:
-            tl.store(y_ptrs + half, up, mask=mask)
-        if SWIGLU and not PARTIAL:
+    if PARTIAL:
+        tl.store(part_ptrs, acc, mask=mask)
+        if SWIGLU:
+            tl.store(part_ptrs + half, up, mask=mask)
+        # Every thread's partial stores come before the counter's release; the program that counts last
+        # acquires them all, sums the splits, and leaves the counter at 0 for the next launch or replay.
+        tl.debug_barrier()
+        num_splits = tl.num_programs(1)
+        arrived = tl.atomic_add(counters_ptr + pid_n, 1, sem="acq_rel")
+        if arrived == num_splits - 1:
+            acc = _sum_splits(part_ptr, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
+            if SWIGLU:
+                up = _sum_splits(part_ptr + half, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
+                acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
+            tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
+    else:
+        if SWIGLU:
             acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _splitk_reduce_kernel(partial_ptr, y_ptr, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
-    """y[i] = sum_s partial[s, i], summed in split order (deterministic)."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < numel
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLIT_K):
-        acc += tl.load(partial_ptr + s * numel + offs, mask=mask, other=0.0)
-    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _splitk_swiglu_kernel(partial_ptr, y_ptr, half, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
-    """y[m, i] = silu(g) * u with g, u = the split sums (in split order) of partial[:, m, i] and
-    partial[:, m, half + i], each rounded to y's dtype as the unfused GEMM stores them."""
-    m = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < half
-    g = tl.zeros((BLOCK,), dtype=tl.float32)
-    u = tl.zeros((BLOCK,), dtype=tl.float32)
-    row = partial_ptr + m * 2 * half
-    for s in tl.static_range(SPLIT_K):
-        g += tl.load(row + s * numel + offs, mask=mask, other=0.0)
-        u += tl.load(row + s * numel + half + offs, mask=mask, other=0.0)
-    out = _silu_mul(g, u, y_ptr.dtype.element_ty)
-    tl.store(y_ptr + m * half + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _pow2_at_least(v: int, lo: int = 16) -> int:
@@ -217,7 +224,7 @@ def skinny_gemm(
     `config` overrides the tuned/heuristic launch config (the tuner and the tests use it). `exact`: each
     row's bits independent of M (one instruction path and one config for every M). `swiglu`: W is a fused
     gate_up [2I, K] and y = silu(gate) * up [M, I], with the bits of `silu_mul(skinny_gemm(x, W))` in one
-    launch (two with split-K) and no gate_up written.
+    launch and no gate_up written.
     """
     m, k = x.shape
     n = w.shape[0]
@@ -236,24 +243,17 @@ def skinny_gemm(
         block_k = min(c.block_k, _pow2_at_least(k))
         k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
         split_k = triton.cdiv(k, k_per_split)  # never an empty split
-        out = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
-        rows = half if swiglu else n
-        _skinny_gemm_kernel[(triton.cdiv(rows, c.block_n), split_k)](
-            x, w, scale if scale is not None else w, out,
+        part = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
+        tiles = triton.cdiv(half if swiglu else n, c.block_n)
+        counters = arrival_counters(x.device, tiles) if split_k > 1 else part
+        _skinny_gemm_kernel[(tiles, split_k)](
+            x, w, scale if scale is not None else w, y, part, counters,
             m, n, k, k_per_split, half,
-            x.stride(0), w.stride(0), out.stride(-2), m * n,
+            x.stride(0), w.stride(0), y.stride(0),
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
             SWIGLU=swiglu, PARTIAL=split_k > 1, num_warps=c.num_warps, num_stages=c.num_stages,
         )
-        if split_k > 1 and swiglu:
-            block = min(1024, triton.next_power_of_2(half))
-            _splitk_swiglu_kernel[(m, triton.cdiv(half, block))](out, y, half, m * n, SPLIT_K=split_k, BLOCK=block,
-                                                                 num_warps=4)
-        elif split_k > 1:
-            block = 1024
-            _splitk_reduce_kernel[(triton.cdiv(m * n, block),)](out, y, m * n, SPLIT_K=split_k, BLOCK=block,
-                                                               num_warps=4)
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
