@@ -9,8 +9,8 @@ comparison's tokens per step (7.1 and 2.9 at 1k, 1.87 at 8k). The floor is the b
 (tileinfer_profiling.roofline) over the read bandwidth measured in the same run; a step's cost beyond it,
 per layer, is the fixed cost the fused kernels are to remove. cuBLAS linears (plain decode, BF16) are the
 in-run baseline. Launches per layer count the target's kernels inside its layers in one decode step
-(an eager profiled run: the graphs replay the same launches). The engine launches without Programmatic
-Dependent Launch (`pdl` off).
+(an eager profiled run: the graphs replay the same launches). `--pdl off,on` measures everything with
+and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, as the kernels got it).
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
 """
@@ -32,6 +32,7 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
+from tileinfer.ops import pdl  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -48,13 +49,13 @@ def launches(engine, ids, block_size, accept_profile):
     return len(in_layers) / steps / engine.config.num_hidden_layers, len(k) / steps
 
 
-def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts):
+def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts, device):
     per_layer = (r["step_ms"] - floor_ms) * 1e3 / layers
     return dict(model=model, weights=weights, mode=mode, point=point, accept=accept, linears=linears,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
-                us_per_layer_over_floor=per_layer, pdl="off", tokens_per_step=r["tokens_per_step"],
-                prefill_ms=r["prefill_ms"])
+                us_per_layer_over_floor=per_layer, pdl="on" if pdl.enabled_for(device) else "off",
+                tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"])
 
 
 def measure_model(model, args, bandwidth, record):
@@ -69,13 +70,14 @@ def measure_model(model, args, bandwidth, record):
             plain_floor = step_bytes(cfg, kv, 1, weights) / bandwidth * 1e3
             counts = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
-            record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts))
+            record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts,
+                             engine.device))
             dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
             counts = launches(engine, ids, engine.block_max, replayed(point)[0])
             for tps in replayed(point):
                 r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
                 record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
-                                 counts))
+                                 counts, engine.device))
         del engine
         gc.collect()
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
@@ -87,7 +89,7 @@ def measure_model(model, args, bandwidth, record):
             floor = step_bytes(cfg, len(ids) + args.new_tokens // 2, 1, "bf16") / bandwidth * 1e3
             counts = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
-            record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts))
+            record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device))
         del engine
         gc.collect()
 
@@ -103,10 +105,13 @@ def main(argv=None):
     parser.add_argument("--bandwidth-gbs", type=float, default=None,
                         help="read bandwidth for the floors instead of measuring it (GB/s)")
     parser.add_argument("--no-cublas", action="store_true", help="leave out the cuBLAS-linears baseline")
+    parser.add_argument("--pdl", default="off", help="off, on or off,on: Programmatic Dependent Launch")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8"))):
+    args.pdl = args.pdl.split(",")
+    for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
+                               ("--pdl", args.pdl, ("off", "on"))):
         unknown = [x for x in given if x not in known]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -126,18 +131,20 @@ def main(argv=None):
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
     tic = time.perf_counter()
-    for model in args.models:
-        measure_model(model, args, bandwidth, record)
-        print(f"{model} done at {time.perf_counter() - tic:.0f} s", flush=True)
+    for setting in args.pdl:
+        pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
+        for model in args.models:
+            measure_model(model, args, bandwidth, record)
+            print(f"{model}, PDL {setting}: done at {time.perf_counter() - tic:.0f} s", flush=True)
     path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9}")
+          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f}")
+              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4}")
     return rows
 
 

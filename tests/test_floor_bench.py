@@ -40,4 +40,7 @@ def test_unknown_point_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         floor_bench.main(["--models", "tiny", "--points", "2k", "--out", str(tmp_path)])
     assert "--points: unknown 2k" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--pdl", "maybe", "--out", str(tmp_path)])
+    assert "--pdl: unknown maybe" in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))

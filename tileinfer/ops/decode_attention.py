@@ -19,11 +19,13 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
+from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
@@ -106,7 +108,7 @@ def _split_kv_attention_kernel(
     stride_out_t, stride_out_h,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -114,6 +116,9 @@ def _split_kv_attention_kernel(
     with chunk = split_size when given (> 0), else cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N,
     and split s covering [s·chunk, min((s+1)·chunk, kv_len)). An empty split, or a row that sees none
     of its keys, writes o = 0 and lse = −inf. The head's last program then merges its partials (_merge_head)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     kv_len = tl.load(KV_LEN).to(tl.int32)
@@ -255,7 +260,7 @@ def decode_attention(
             NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
             BLOCK_M=block_m, BLOCK_N=c.block_n,
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
-            num_warps=c.num_warps, num_stages=c.num_stages,
+            num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)

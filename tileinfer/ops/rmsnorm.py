@@ -6,6 +6,9 @@ h = x + residual (rounded to the model dtype, like the HF residual stream); out 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from tileinfer.ops.pdl import launch_options
 
 
 def rms_norm_ref(x, weight, eps, residual=None):
@@ -21,9 +24,12 @@ def _rms_norm_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, h_ptr,
     stride_x, stride_r, stride_out, stride_h,
     H, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
 ):
     """One row:  h = (x + residual) in x.dtype (or x);  out = h * rsqrt(mean(h^2) + eps) * weight, fp32 math."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
@@ -62,5 +68,6 @@ def rms_norm(x, weight, eps, residual=None):
         x.stride(0), res.stride(0), out.stride(0), h.stride(0),
         H, eps,
         HAS_RESIDUAL=residual is not None, BLOCK_H=block, num_warps=_num_warps(block),
+        **launch_options(x.device),
     )
     return out, h

@@ -6,6 +6,9 @@ RoPE is HF's rotate-half form: out = y * cat(c, c) + rotate_half(y) * cat(s, s),
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from tileinfer.ops.pdl import launch_options
 
 
 def rope_cos_sin(head_dim, max_positions, theta, device=None):
@@ -59,12 +62,15 @@ def _qk_norm_rope_kernel(
     q_ptr, k_ptr, v_ptr, q_out_ptr, k_out_ptr, v_out_ptr, q_weight_ptr, k_weight_ptr, cos_sin_ptr, positions_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cs, stride_ot,
     num_q_heads, num_kv_heads, eps,
-    HEAD_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr, TO_CACHE: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr, TO_CACHE: tl.constexpr, PDL: tl.constexpr,
 ):
     """One head of one token (heads 0..Hq-1 are Q, then Hk of K, then Hk of V), with p = positions[t]:
     y = x * rsqrt(mean(x^2) + eps) * weight;  out = y * cat(cos, cos)[p] + rotate_half(y) * cat(sin, sin)[p].
     TO_CACHE: K goes to row p of the K cache and V, unchanged, to row p of the V cache.
     """
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     offs = tl.arange(0, BLOCK_HALF)
@@ -126,5 +132,6 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps, v=None, k_ca
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin.stride(0), stride_ot,
             num_q_heads, num_kv_heads, eps,
             HEAD_DIM=D, BLOCK_HALF=block_half, TO_CACHE=to_cache, num_warps=max(1, min(4, block_half // 64)),
+            **launch_options(q.device if has_q else k.device),
         )
     return (q_out if has_q else None), (None if to_cache else k_out)

@@ -28,11 +28,13 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
+from tileinfer.ops.pdl import launch_options
 
 MAX_M = 16
 
@@ -163,7 +165,7 @@ def _skinny_gemm_kernel(
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
-    PARTIAL: tl.constexpr,
+    PARTIAL: tl.constexpr, PDL: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -172,6 +174,9 @@ def _skinny_gemm_kernel(
     gate_up [2 * half, K]; program n computes gate rows n and up rows half + n and y = silu(gate) * up
     [M, half] (the gate_up never leaves the kernel).
     """
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -253,6 +258,7 @@ def skinny_gemm(
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
             SWIGLU=swiglu, PARTIAL=split_k > 1, num_warps=c.num_warps, num_stages=c.num_stages,
+            **launch_options(x.device),
         )
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu)
