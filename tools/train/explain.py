@@ -17,6 +17,16 @@ def plural(n, word):
     return f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
 
 
+def reply(opening, *sentences):
+    """The opening sentence, then one per (template, names[, limit]) whose names are not empty: the
+    template with the names listed."""
+    lines = [opening]
+    for template, names, *limit in sentences:
+        if names:
+            lines.append(template.format(listing(names, *limit)))
+    return "\n".join(lines) + "\n"
+
+
 def explain_python(code):
     """Imports, classes with their methods, functions; None when the code does not parse."""
     try:
@@ -52,18 +62,11 @@ def explain_julia(code):
     defs = re.findall(r"^(?:function )?([\w.!]+)\(.*?\)(?:\s*=|\s*$)", code, re.M)
     functions = [d for d in dict.fromkeys(defs) if "." not in d and d not in types]
     extends = [d for d in dict.fromkeys(defs) if d.startswith("Base.")]
-    lines = [f"The code defines the module {module.group(1) if module else 'Main'} with "
-             f"{plural(len(types), 'type')} and {plural(len(functions), 'function')}."]
-    if types:
-        lines.append(f"The types are {listing(types)}.")
-    if functions:
-        lines.append(f"The functions are {listing(functions)}.")
-    if extends:
-        lines.append(f"It extends {listing(extends)}.")
-    if types:
-        main = max(types, key=lambda t: len(re.findall(rf"\b{t}\b", code)))
-        lines.append(f"The type {main} is used throughout the code.")
-    return "\n".join(lines) + "\n"
+    main = [max(types, key=lambda t: len(re.findall(rf"\b{t}\b", code)))] if types else []
+    return reply(f"The code defines the module {module.group(1) if module else 'Main'} with "
+                 f"{plural(len(types), 'type')} and {plural(len(functions), 'function')}.",
+                 ("The types are {}.", types), ("The functions are {}.", functions), ("It extends {}.", extends),
+                 ("The type {} is used throughout the code.", main))
 
 
 def explain_c(code):
@@ -73,30 +76,19 @@ def explain_c(code):
     structs = list(dict.fromkeys(re.findall(r"\bstruct\s+(\w+)\s*\{", code)))
     declaration = r"^\s*(?:extern\s+)?[\w\s\*]+?\b(\w+)\s*\([^;{]*\)\s*(?:__\w+.*)?;"
     functions = list(dict.fromkeys(re.findall(declaration, code, re.M)))
-    lines = [f"The code is a C header with {plural(len(macros), 'macro')}, {plural(len(structs), 'struct')} "
-             f"and {plural(len(functions), 'function')} declared."]
-    if includes:
-        lines.append(f"It includes {listing(includes, 5)}.")
-    if macros:
-        lines.append(f"The macros are {listing(macros)}.")
-    if structs:
-        lines.append(f"The structs are {listing(structs)}.")
-    if functions:
-        lines.append(f"The functions are {listing(functions)}.")
-    return "\n".join(lines) + "\n"
+    return reply(f"The code is a C header with {plural(len(macros), 'macro')}, {plural(len(structs), 'struct')} "
+                 f"and {plural(len(functions), 'function')} declared.",
+                 ("It includes {}.", includes, 5), ("The macros are {}.", macros), ("The structs are {}.", structs),
+                 ("The functions are {}.", functions))
 
 
 def explain_shell(code):
     """Shell functions, variables set and commands run."""
     functions = list(dict.fromkeys(re.findall(r"^\s*(?:function\s+)?(\w+)\s*\(\)\s*\{?", code, re.M)))
     variables = list(dict.fromkeys(re.findall(r"^\s*(?:export\s+|local\s+)?([A-Za-z_]\w*)=", code, re.M)))
-    lines = [f"The code is a shell script with {plural(len(functions), 'function')} "
-             f"that sets {plural(len(variables), 'variable')}."]
-    if functions:
-        lines.append(f"The functions are {listing(functions)}.")
-    if variables:
-        lines.append(f"The variables are {listing(variables)}.")
-    return "\n".join(lines) + "\n"
+    return reply(f"The code is a shell script with {plural(len(functions), 'function')} "
+                 f"that sets {plural(len(variables), 'variable')}.",
+                 ("The functions are {}.", functions), ("The variables are {}.", variables))
 
 
 EXPLAIN = {"python": explain_python, "julia": explain_julia, "c": explain_c, "shell": explain_shell}
