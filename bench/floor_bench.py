@@ -135,8 +135,9 @@ def main(argv=None):
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
             measure_model(model, args, bandwidth, record)
+            # written after each model, so a run cut short keeps what it measured
+            path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
             print(f"{model}, PDL {setting}: done at {time.perf_counter() - tic:.0f} s", flush=True)
-    path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
