@@ -88,8 +88,9 @@ def _merge_head(
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         w = tl.math.exp2(lse - m_shift)
         alpha = tl.math.exp2(m - m_shift)
-        denom = denom * alpha + w
-        acc = acc * alpha[:, None] + w[:, None] * o
+        # explicit FMAs: left to contraction, the T = 1 and T = 16 builds rounded some rows differently
+        denom = tl.fma(denom, alpha, w)
+        acc = tl.fma(w[:, None], o, acc * alpha[:, None])
         m = m_new
     out = acc / tl.where(row_valid, denom, 1.0)[:, None]
     out_ptrs = OUT + token[:, None] * stride_out_t + head[:, None] * stride_out_h + offs_d[None, :]

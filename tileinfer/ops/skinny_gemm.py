@@ -69,24 +69,37 @@ def _weight_to(w, dtype: tl.constexpr, FAST_I8: tl.constexpr):
 def _rows_acc(
     x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr,
+    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
-    rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second."""
+    rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second.
+
+    The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
+    tile before the grid-dependency wait: weights never depend on the kernel before, x does."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
     if BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        w_next = tl.load(w_rows + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
+        w2_next = w_next
+        if TWO:
+            w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
+        if PDL:
+            gdc_wait()
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
-            k_mask = offs_k < k_end
-            xk = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)[None, :]
-            w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+            w = w_next
+            w2 = w2_next
+            ahead = offs_k + BLOCK_K
+            w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
             if TWO:
-                w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+                w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
+            xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)[None, :]
+            if TWO:
                 acc2 += _weight_to(w2, tl.float32, FAST_I8) * xk
             acc += _weight_to(w, tl.float32, FAST_I8) * xk
         out = tl.sum(acc, axis=1)
@@ -97,6 +110,8 @@ def _rows_acc(
                 out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
         return out, out2
     else:
+        if PDL:
+            gdc_wait()
         offs_m = tl.arange(0, BLOCK_M)
         m_mask = offs_m < M
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -175,8 +190,7 @@ def _skinny_gemm_kernel(
     [M, half] (the gate_up never leaves the kernel).
     """
     if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+        gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -184,7 +198,7 @@ def _skinny_gemm_kernel(
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     acc, up = _rows_acc(x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, half,
-                        HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU)
+                        HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL)
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
