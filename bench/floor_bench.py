@@ -105,7 +105,7 @@ def main(argv=None):
     parser.add_argument("--bandwidth-gbs", type=float, default=None,
                         help="read bandwidth for the floors instead of measuring it (GB/s)")
     parser.add_argument("--no-cublas", action="store_true", help="leave out the cuBLAS-linears baseline")
-    parser.add_argument("--pdl", default="off", help="off, on or off,on: Programmatic Dependent Launch")
+    parser.add_argument("--pdl", default="off,on", help="off, on or off,on: Programmatic Dependent Launch")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))

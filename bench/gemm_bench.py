@@ -8,7 +8,12 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
     python3 bench/gemm_bench.py --out DIR            # measure with the GPU's configs (tileinfer/ops/configs)
     python3 bench/gemm_bench.py --tune --out DIR     # tune first (a small grid per shape x M bucket x
                                                      # weight kind), write the GPU's skinny_gemm configs, then measure
+    python3 bench/gemm_bench.py --tune-only --models 0.6b,1.7b,4b,8b --ms 1,16 --kinds bf16 --out DIR
+                                                     # tune those shapes only and merge the winners into the
+                                                     # GPU's configs (entries not tuned are kept)
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
+
+A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue.
 
 Writes DIR/gemm_h200.csv (one row per shape x M x variant, with GPU, versions, git revision, command)
 and prints a short table last.
@@ -36,13 +41,32 @@ from tileinfer.ops.gemm_configs import M_BUCKETS, GemmConfig  # noqa: E402
 from tileinfer.ops.linear import quantize_weight  # noqa: E402
 from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
 from tileinfer.ops.w8a16_gemm import w8a16_gemm_tiled  # noqa: E402
-from tileinfer.shapes import QWEN3_4B, QWEN3_4B_DFLASH  # noqa: E402
+from tileinfer.ops.swiglu import silu_mul_ref  # noqa: E402
+from tileinfer.shapes import QWEN3, QWEN3_4B, QWEN3_4B_DFLASH  # noqa: E402
 from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 
 # name: (N, K); fc is the DFlash drafter's projection of the tapped hidden states
 LINEARS = {name: (n, k) for name, n, k in QWEN3_4B.linears()} | {
     "lm_head": (QWEN3_4B.vocab, QWEN3_4B.hidden), "fc": QWEN3_4B_DFLASH.fc}
 LAYER = tuple(name for name, _, _ in QWEN3_4B.linears())
+
+
+def model_linears(sizes) -> dict:
+    """name -> (N, K) of every distinct linear of the Qwen3 sizes (the 4B's drafter fc with the 4B); names
+    carry the size when several are asked for."""
+    out, seen = {}, set()
+    for size in sizes:
+        if size not in QWEN3:
+            raise SystemExit(f"--models: unknown size {size!r} (known: {', '.join(QWEN3)})")
+        shape = QWEN3[size]
+        dims = [(name, n, k) for name, n, k in shape.linears()] + [("lm_head", shape.vocab, shape.hidden)]
+        if size == "4b":
+            dims.append(("fc", *QWEN3_4B_DFLASH.fc))
+        for name, n, k in dims:
+            if (n, k) not in seen:
+                seen.add((n, k))
+                out[name if len(sizes) == 1 else f"{size} {name}"] = (n, k)
+    return out
 SMOKE = {"qkv": (96, 64), "o": (64, 96), "gate_up": (160, 64), "down": (64, 160), "lm_head": (200, 64), "fc": (64, 320)}
 L2_DEFEAT_BYTES = 256 << 20
 
@@ -112,6 +136,7 @@ class Shape:
 
     def __init__(self, name: str, n: int, k: int, device: str, gen: torch.Generator):
         self.name, self.n, self.k = name, n, k
+        self.swiglu = name.endswith("gate_up")
         copies = max(2, -(-L2_DEFEAT_BYTES // (n * k * 2))) if device == "cuda" else 1
         self.w = [torch.randn(n, k, device=device, generator=gen).mul_(0.02).to(torch.bfloat16) for _ in range(copies)]
         self.q = [quantize_weight(w) for w in self.w]
@@ -127,17 +152,23 @@ class Shape:
     def variants(self, x: torch.Tensor) -> dict:
         """name -> (list of closures over the copies, bytes read per call)."""
         return {
-            "ours_bf16": ([lambda w=w: skinny_gemm(x, w) for w in self.w], self.bytes_bf16),
-            "ours_int8": ([lambda q=q: skinny_gemm(x, q[0], q[1]) for q in self.q], self.bytes_int8),
+            "ours_bf16": ([lambda w=w: self.ours(x, w) for w in self.w], self.bytes_bf16),
+            "ours_int8": ([lambda q=q: self.ours(x, *q) for q in self.q], self.bytes_int8),
             "cublas_bf16": ([lambda w=w: F.linear(x, w) for w in self.w], self.bytes_bf16),
             "torch_int8_ref": ([lambda q=q: F.linear(x, q[0].to(x.dtype)) * q[1] for q in self.q], self.bytes_int8),
         }
 
-    def reference(self, x: torch.Tensor, kind: str) -> torch.Tensor:
+    def ours(self, x, w, scale=None, config=None):
+        return skinny_gemm(x, w, scale, config=config, swiglu=self.swiglu)
+
+    def reference(self, x: torch.Tensor, kind: str, fused: bool = False) -> torch.Tensor:
+        """x @ W.T in fp32; `fused`: what ours returns for this shape (silu(gate) * up for a gate_up)."""
         if kind == "bf16":
-            return x.float() @ self.w[0].float().T
-        q, s = self.q[0]
-        return x.float() @ (q.float() * s[:, None]).T
+            y = x.float() @ self.w[0].float().T
+        else:
+            q, s = self.q[0]
+            y = x.float() @ (q.float() * s[:, None]).T
+        return silu_mul_ref(y) if fused and self.swiglu else y
 
 
 def candidates(path: str, kind: str, n: int, k: int, num_sms: int):
@@ -150,23 +181,23 @@ def candidates(path: str, kind: str, n: int, k: int, num_sms: int):
                              fast_i8=fast[0] if fast else True)
 
 
-def tune(shapes: dict, device: str, budget_s: float, log) -> dict:
+def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("bf16", "int8")) -> dict:
     """Best config per shape x M bucket x weight kind, timed in graphs; returns the JSON table for this GPU."""
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     table: dict = {}
     t0 = time.time()
     gen = torch.Generator(device=device).manual_seed(1)
-    for (name, sh), m, kind in itertools.product(shapes.items(), M_BUCKETS, ("bf16", "int8")):
+    for (name, sh), m, kind in itertools.product(shapes.items(), ms, kinds):
         if time.time() - t0 > budget_s:
             log(f"tune: budget of {budget_s:.0f} s spent; {name} m{m} {kind} keeps the heuristic")
             continue
         x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
-        ref = sh.reference(x, kind)
+        ref = sh.reference(x, kind, fused=True)
         path = "gemv" if m == 1 else "dot"
         best = None
         for cfg in candidates(path, kind, sh.n, sh.k, num_sms):
-            run = (lambda w, c=cfg: skinny_gemm(x, w, config=c)) if kind == "bf16" else \
-                  (lambda q, c=cfg: skinny_gemm(x, q[0], q[1], config=c))
+            run = (lambda w, c=cfg: sh.ours(x, w, config=c)) if kind == "bf16" else \
+                  (lambda q, c=cfg: sh.ours(x, *q, config=c))
             copies = sh.w if kind == "bf16" else sh.q
             try:
                 err = rel_err(run(copies[0]), ref)
@@ -190,9 +221,13 @@ def tune(shapes: dict, device: str, budget_s: float, log) -> dict:
 
 
 def install_table(gpu: str, table: dict, out: Path | None) -> None:
-    """Write this GPU's winners as the "skinny_gemm" section of its configs file (tileinfer/ops/configs,
-    and a copy under --out) and reload the lookup."""
-    path = tuning.write_section(gpu, "skinny_gemm", table)
+    """Merge this GPU's winners into the "skinny_gemm" section of its configs file (tileinfer/ops/configs,
+    and a copy under --out; entries not tuned now are kept) and reload the lookup."""
+    merged = json.loads(json.dumps(tuning.gpu_configs(gpu).get("skinny_gemm", {})))
+    for shape, buckets in table.items():
+        for bucket, kinds in buckets.items():
+            merged.setdefault(shape, {}).setdefault(bucket, {}).update(kinds)
+    path = tuning.write_section(gpu, "skinny_gemm", merged)
     if out is not None:
         (out / path.name).write_text(path.read_text())
     gemm_configs._lookup.cache_clear()
@@ -203,8 +238,18 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--tune-budget-s", type=float, default=240.0)
+    ap.add_argument("--tune-only", action="store_true", help="tune, install the winners, measure nothing else")
+    ap.add_argument("--models", default="4b", help="Qwen3 sizes whose linears are tuned (with --tune-only)")
+    ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)), help="M buckets to tune")
+    ap.add_argument("--kinds", default="bf16,int8", help="weight kinds to tune")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter check of this script)")
     args = ap.parse_args()
+    ms = tuple(int(m) for m in args.ms.split(","))
+    kinds = tuple(args.kinds.split(","))
+    if not set(ms) <= set(M_BUCKETS) or not set(kinds) <= {"bf16", "int8"}:
+        ap.error(f"--ms takes buckets of {M_BUCKETS}, --kinds bf16 and/or int8; got {args.ms!r}, {args.kinds!r}")
+    if args.models != "4b" and not args.tune_only:
+        ap.error("--models tunes other sizes' linears: use it with --tune-only (the measured table is the 4B's)")
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     if not cuda and not args.smoke:
@@ -223,24 +268,26 @@ def main() -> None:
     gpu = info["gpu"]
     meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     log(json.dumps(meta))
-    dims = SMOKE if args.smoke else LINEARS
+    dims = SMOKE if args.smoke else model_linears(args.models.split(",")) if args.tune_only else LINEARS
     gen = torch.Generator(device=device).manual_seed(0)
     t_setup = time.time()
     shapes = {name: Shape(name, n, k, device, gen) for name, (n, k) in dims.items()}
     log(f"weights ready in {time.time() - t_setup:.1f} s: " + ", ".join(f"{s.name} x{len(s.w)}" for s in shapes.values()))
 
-    if args.tune:
-        table = tune(shapes, device, args.tune_budget_s, log)
+    if args.tune or args.tune_only:
+        table = tune(shapes, device, args.tune_budget_s, log, ms, kinds)
         if cuda:
             install_table(gpu, table, args.out)
         log(f"tuned configs for {gpu} written ({sum(len(v) for v in table.values())} shape x M entries)")
+    if args.tune_only:
+        return
 
     # Correctness of every variant on fresh inputs, including the tiled W8A16 kernel at prefill M.
     worst = {}
     for sh, m in itertools.product(shapes.values(), (1, 4, 16)):
         x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
         for vname, (calls, _) in sh.variants(x).items():
-            err = rel_err(calls[0](), sh.reference(x, "int8" if "int8" in vname else "bf16"))
+            err = rel_err(calls[0](), sh.reference(x, "int8" if "int8" in vname else "bf16", vname.startswith("ours")))
             worst[vname] = max(worst.get(vname, 0.0), err)
             assert err < 1e-2, f"{vname} {sh.name} M={m}: rel err {err:.2e}"
     for sh, m in itertools.product((shapes["qkv"], shapes["down"]), (17, 40, 512)):

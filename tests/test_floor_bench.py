@@ -14,7 +14,7 @@ REQUIRED = {"model", "weights", "mode", "point", "accept", "tok_s", "step_ms", "
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     out = tmp_path_factory.mktemp("floor")
-    floor_bench.main(["--models", "tiny", "--points", "tiny", "--new-tokens", "6", "--repeats", "1",
+    floor_bench.main(["--models", "tiny", "--points", "tiny", "--new-tokens", "6", "--repeats", "1", "--pdl", "off",
                       "--bandwidth-gbs", "50", "--out", str(out), "--root", str(out / "checkpoints")])
     (path,) = out.glob("floor_*.csv")
     return pd.read_csv(path)

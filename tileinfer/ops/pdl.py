@@ -1,10 +1,13 @@
 """Programmatic Dependent Launch (compute capability 9.0 and later).
 
 A kernel launched with PDL may become resident while the kernel before it in the stream finishes its last
-wave: every step kernel starts with `gdc_wait` (nothing is read or written before the previous kernel has
-completed and its memory is visible) and then `gdc_launch_dependents`, so each kernel's launch and
-set-up overlap its predecessor's tail. Off unless asked for (`TILEINFER_PDL=1`, or `set_enabled`), and
-never under the Triton interpreter or on the CPU. CUDA graphs keep the launches' PDL edges.
+wave: every step kernel triggers its dependents (`gdc_launch_dependents`) at its start and reads nothing
+the kernel before may write, and writes nothing, until `gdc_wait` (that kernel completed, its memory
+visible); the skinny GEMV loads its first weight tile before the wait. Each kernel's launch, set-up and
+first weight reads overlap its predecessor's tail (bench/results/floor_h200.csv has every shape with PDL
+off and on). On wherever the GPU has it (compute capability 9.0 and
+later) unless `TILEINFER_PDL=0` or `set_enabled(False)`; never under the Triton interpreter or on the CPU.
+CUDA graphs keep the launches' PDL edges.
 """
 
 import os
@@ -13,7 +16,7 @@ import torch
 
 from tileinfer.ops import INTERPRET
 
-_enabled = os.environ.get("TILEINFER_PDL", "0") == "1"
+_enabled = os.environ.get("TILEINFER_PDL", "1") != "0"
 
 
 def set_enabled(on: bool) -> None:
