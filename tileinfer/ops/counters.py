@@ -4,6 +4,8 @@ split-KV attention): one int32 per output tile, zero between launches, so no lau
 import torch
 
 _COUNTERS: dict = {}
+_RETIRED: list = []  # outgrown buffers stay allocated: CUDA graphs captured on them still replay
+_MIN_COUNTERS = 1 << 16  # more than any model's output tiles, so the buffer is never outgrown in practice
 
 
 def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
@@ -11,5 +13,7 @@ def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
     its programs' arrivals and leaves them at 0 again."""
     counters = _COUNTERS.get(device)
     if counters is None or counters.numel() < n:
-        counters = _COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        if counters is not None:
+            _RETIRED.append(counters)
+        counters = _COUNTERS[device] = torch.zeros(max(n, _MIN_COUNTERS), dtype=torch.int32, device=device)
     return counters

@@ -4,14 +4,16 @@ One launch, grid ``(num_kv_heads, num_splits)``: one program takes every query r
 all T tokens × the GQA group, padded to a ``tl.dot`` tile — over one contiguous share of the cache,
 and writes a partial output and its log-sum-exp; the last program of a KV head to finish (a counter per
 head, reset by that program) merges the head's partials by log-sum-exp, split by split in order, so
-the result does not depend on which program came last. ``kv_len`` is read on the device and
+the result does not depend on which program came last. Splits that start past the KV length leave at
+once and are not waited for. ``kv_len`` is read on the device and
 ``num_splits`` is a runtime argument, so a captured CUDA graph replays for any cache length and a
 notebook can change the split count without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
 
 Exact mode (a ``split_size`` and a ``block_m`` fixed by the caller): splits start at multiples of
 ``split_size`` whatever the KV length, and the query tile has the same shape for 1 and for 16 tokens,
 so a row's partial sums — and its output bits — are those it gets when it is computed alone. Keys a
-row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops.
+row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops (or are
+not merged at all when they lie past the KV length).
 """
 
 from dataclasses import dataclass
@@ -64,12 +66,13 @@ def _online_softmax_step(
 
 @triton.jit
 def _merge_head(
-    MID_O, MID_LSE, OUT, kv_head, num_splits,
+    MID_O, MID_LSE, OUT, kv_head, live_splits,
     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
 ):
-    """For every query row of one KV head: out = Σ_s exp2(lse_s − lse) o_s with lse = log2 Σ_s exp2(lse_s),
-    one split at a time in split order (an empty split, lse = −inf, is an exact no-op)."""
+    """For every query row of one KV head: out = Σ_s exp2(lse_s − m) o_s / Σ_s exp2(lse_s − m), m = max_s lse_s,
+    summed split by split in order (a split the row does not reach, lse = −inf, is an exact no-op)."""
     rows = tl.arange(0, BLOCK_M)
     row_valid = rows < NUM_Q_TOKENS * GROUP
     token = rows // GROUP
@@ -77,21 +80,23 @@ def _merge_head(
     offs_d = tl.arange(0, HEAD_DIM)
     o_ptrs = MID_O + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
     lse_ptrs = MID_LSE + token * stride_lt + head
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    # .cg: other programs wrote these; read them from L2, never from a stale L1 line. All the splits'
+    # lse in one load give the max first, so the partials below are independent loads, not a chain.
+    offs_s = tl.arange(0, SPLITS_P2)
+    lse_all = tl.load(lse_ptrs[:, None] + offs_s[None, :] * stride_ls,
+                      mask=row_valid[:, None] & (offs_s[None, :] < live_splits), other=float("-inf"),
+                      cache_modifier=".cg")
+    m = tl.max(lse_all, 1)
+    m_shift = tl.where(m == float("-inf"), 0.0, m)
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for s in tl.range(0, num_splits):
-        # .cg: other programs wrote these; read them from L2, never from a stale L1 line
+    for s in tl.range(0, live_splits, loop_unroll_factor=4):
         lse = tl.load(lse_ptrs + s * stride_ls, mask=row_valid, other=float("-inf"), cache_modifier=".cg")
         o = tl.load(o_ptrs + s * stride_os, mask=row_valid[:, None], other=0.0, cache_modifier=".cg")
-        m_new = tl.maximum(m, lse)
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         w = tl.math.exp2(lse - m_shift)
-        alpha = tl.math.exp2(m - m_shift)
-        # explicit FMAs: left to contraction, the T = 1 and T = 16 builds rounded some rows differently
-        denom = tl.fma(denom, alpha, w)
-        acc = tl.fma(w[:, None], o, acc * alpha[:, None])
-        m = m_new
+        denom += w
+        # an explicit FMA: left to contraction, the T = 1 and T = 16 builds could round rows differently
+        acc = tl.fma(w[:, None], o, acc)
     out = acc / tl.where(row_valid, denom, 1.0)[:, None]
     out_ptrs = OUT + token[:, None] * stride_out_t + head[:, None] * stride_out_h + offs_d[None, :]
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=row_valid[:, None])
@@ -108,15 +113,16 @@ def _split_kv_attention_kernel(
     stride_ls, stride_lt,
     stride_out_t, stride_out_h,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
         o_r = Σ_n exp(s_rn − lse_r) v_n,  lse_r = log Σ_n exp(s_rn)      (lse kept in log2 units)
     with chunk = split_size when given (> 0), else cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N,
-    and split s covering [s·chunk, min((s+1)·chunk, kv_len)). An empty split, or a row that sees none
-    of its keys, writes o = 0 and lse = −inf. The head's last program then merges its partials (_merge_head)."""
+    and split s covering [s·chunk, min((s+1)·chunk, kv_len)) for s < cdiv(kv_len, chunk) (later splits do
+    nothing). A row that sees none of its split's keys gets o = 0 and lse = −inf. The head's last live
+    program then merges its partials (_merge_head)."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
@@ -127,6 +133,11 @@ def _split_kv_attention_kernel(
         chunk = split_size
     else:
         chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    # Splits that start past the KV length (exact mode's grid covers the request's longest) have nothing
+    # to contribute: they leave at once, and the head's merge waits for the live ones only.
+    live_splits = tl.cdiv(kv_len, chunk)
+    if split >= live_splits:
+        return
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
 
@@ -164,10 +175,10 @@ def _split_kv_attention_kernel(
     # acquires them all, merges, and leaves the counter at 0 for the next launch (or graph replay).
     tl.debug_barrier()
     arrived = tl.atomic_add(COUNTERS + kv_head, 1, sem="acq_rel")
-    if arrived == num_splits - 1:
-        _merge_head(MID_O, MID_LSE, OUT, kv_head, num_splits,
+    if arrived == live_splits - 1:
+        _merge_head(MID_O, MID_LSE, OUT, kv_head, live_splits,
                     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
-                    NUM_Q_TOKENS, GROUP, HEAD_DIM, BLOCK_M)
+                    NUM_Q_TOKENS, GROUP, HEAD_DIM, BLOCK_M, SPLITS_P2)
         tl.atomic_xchg(COUNTERS + kv_head, 0, sem="relaxed")
 
 
@@ -242,6 +253,7 @@ def decode_attention(
     if scale is None:
         scale = head_dim**-0.5
     dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    splits_p2 = max(16, triton.next_power_of_2(num_splits))  # a few compiled variants, any count up to it
 
     mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
@@ -259,12 +271,12 @@ def decode_attention(
             mid_lse.stride(0), mid_lse.stride(1),
             out.stride(0), out.stride(1),
             NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
-            BLOCK_M=block_m, BLOCK_N=c.block_n,
+            BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
-    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal, cfg, q.device)
+    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg, q.device)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
