@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tileinfer_profiling.prompts import ByteTokenizer
+from tileinfer_profiling.prompts import EDIT as BENCH_EDIT, ByteTokenizer
 from tileinfer_profiling.prompts import heldout
-from tools.train import corpus, data, tasks, tokenizer
+from tools.train import corpus, data, layouts, phrasing, tasks, tokenizer
 from tools.train.explain import EXPLAIN
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -21,11 +21,44 @@ def normal(text):
     return " ".join(text.lower().split())
 
 
+def draws(n, seed=0):
+    """(kind, where, instruction, layout) drawn `n` times per kind, as the prompts draw them."""
+    rng = random.Random(seed)
+    for kind in tasks.KINDS:
+        for _ in range(n):
+            where = rng.choice(("before", "after"))
+            lang = rng.choice(list(layouts.FENCES))
+            yield kind, where, phrasing.instruction(rng, kind, where), layouts.layout(rng, where, lang)
+
+
 def test_heldout_phrasings_and_layouts_are_never_trained_on():
-    train = {normal(i) for kind in tasks.INSTRUCTIONS.values() for i in kind}
-    held = {normal(i) for kind in heldout.INSTRUCTIONS.values() for i in kind}
-    assert train and held and not train & held
-    assert not {normal(x) for x in tasks.LAYOUTS} & {normal(x) for x in heldout.LAYOUTS}
+    held = [normal(i) for kind in heldout.INSTRUCTIONS.values() for i in kind]
+    assert held and all(phrasing.near_heldout(i) for i in held)  # the guard knows every held-out phrasing
+    assert {">>>", "request:", "response:", "<code>", "</code>"} <= layouts.HELDOUT_MARKERS
+    assert all(layouts.has_heldout_marker(t) for t in heldout.LAYOUTS)
+    held_layouts = {normal(t) for t in heldout.LAYOUTS}
+    for seed in range(3):
+        for kind, where, instruction, layout in draws(4000, seed):
+            assert normal(instruction) not in held and not phrasing.near_heldout(instruction), instruction
+            assert not layouts.has_heldout_marker(layout) and normal(layout) not in held_layouts, layout
+
+
+def test_prompts_are_diverse_and_complete():
+    seen = {}
+    for kind, where, instruction, layout in draws(2000):
+        seen.setdefault(kind, set()).add(instruction)
+        seen.setdefault("layout", set()).add(layout)
+        seen.setdefault("where", set()).add(layout.index("{instruction}") < layout.find("code}"))
+    assert seen.pop("where") == {True, False}
+    assert len(seen.pop("layout")) > 1500
+    assert all(len(v) > 1000 for v in seen.values()), {k: len(v) for k, v in seen.items()}
+    rng = random.Random(0)
+    fields = {"old": "Sensor", "new": "Beacon", "width": 2, "a": "f", "b": "g"}
+    for kind in tasks.KINDS * 200:
+        p = tasks.prompt(rng, kind, "CODE LINE\nMORE", rng.choice(list(layouts.FENCES)), **fields)
+        assert "CODE LINE\n" in p and "{" not in p and "}" not in p, p
+        assert not any(h.format(**fields).lower() in p.lower() for i in heldout.INSTRUCTIONS.values() for h in i)
+    assert tasks.BENCH_LAYOUT.format(code="{code}", instruction=tasks.BENCH_INSTRUCTIONS["rename"]) == BENCH_EDIT
 
 
 def test_heldout_julia_seeds_are_neither_benchmark_nor_training():

@@ -30,7 +30,7 @@ def test_templates_and_rename():
     assert tasks.rename("x::Sensor; Sensors; Sensor[]", "Sensor", "Beacon") == "x::Beacon; Sensors; Beacon[]"
     summary = explain.explain_python("import os\n\nclass A:\n    def f(self):\n        pass\n\ndef g():\n    pass\n")
     assert summary.startswith("The code defines 1 class and 1 function.") and "The class A has the methods f." in summary
-    assert "### Reply:\n" in tasks.LAYOUTS[0]
+    assert "### Reply:\n" in tasks.BENCH_LAYOUT
 
 
 def test_batched_blocks_match_reference_forward():
@@ -112,7 +112,7 @@ def test_shipped_pair():
     target = Qwen3ForCausalLM.from_pretrained(ASSETS / "target", dtype=torch.float32)
     drafter = DFlashDraftModel.from_pretrained(ASSETS / "drafter", dtype=torch.float32)
     module = data.generate_module(7)
-    edit = tasks.LAYOUTS[0].format(code="{code}", instruction=tasks.INSTRUCTIONS["rename"][0])
+    edit = tasks.BENCH_LAYOUT.format(code="{code}", instruction=tasks.BENCH_INSTRUCTIONS["rename"])
     ids = tok.encode(edit.format(code=module.source(2), old=module.type_name, new="Beacon")).ids
     (row,) = dr.measure_acceptance(drafter, target, [{"task": "edit", "seed": 7, "ids": ids}], 0, max_new_tokens=16)
     assert row["same_as_greedy"]

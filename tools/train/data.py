@@ -23,7 +23,7 @@ from tools.train import tasks
 from tools.train.explain import EXPLAIN
 
 # Share of the token budget per kind of example.
-MIX = {"copy": 0.18, "edit": 0.26, "continue": 0.08, "explain": 0.12, "code": 0.20, "bench": 0.16}
+MIX = {"copy": 0.21, "edit": 0.26, "continue": 0.08, "explain": 0.12, "code": 0.17, "bench": 0.16}
 # Share of each kind's examples per language (only the languages with an explainer for "explain").
 LANGS = {"python": 0.45, "julia": 0.25, "c": 0.20, "shell": 0.10}
 # Share of the token budget per row length: the curriculum (`TrainData.sample_seq_len`).

@@ -1,85 +1,46 @@
-"""The training tasks: phrasings and prompt layouts, and the edits whose replies are computed from the code.
+"""The training tasks: prompts drawn from compositional phrasings and layouts, and the edits whose
+replies are computed from the code.
 
 A task example is (prompt, reply). Kinds: copy (repeat the code unchanged), rename (an identifier
 throughout), reindent, literal (change a number everywhere), reorder (swap two top-level
 definitions), continue (the rest of a file) and explain (a summary, `tools/train/explain.py`).
-The held-out phrasings and layouts (`tileinfer_profiling.prompts.heldout`) are never used here;
-`tests/test_train_data.py` checks that.
+Instructions come from `tools/train/phrasing.py`, layouts from `tools/train/layouts.py`; neither can
+produce a held-out phrasing or layout marker (`tileinfer_profiling.prompts.heldout`), which
+`tests/test_train_data.py` checks. The benchmark's own two templates are `BENCH_LAYOUT` with
+`BENCH_INSTRUCTIONS`, used as they are by the "bench" kind (`tools/train/data.py`).
 """
 
 import re
 
 from tileinfer_profiling.prompts import EDIT as BENCH_EDIT, EXPLAIN as BENCH_EXPLAIN
 from tileinfer_profiling.prompts.source import python_blocks  # noqa: F401 (tests use it)
+from tools.train import layouts, phrasing
 
-LAYOUTS = (
-    "{code}\n\n### Task: {instruction}\n### Reply:\n",  # the benchmark's
-    "{instruction}\n\n```{lang}\n{code}```\n",
-    "{instruction}\n\n{code}\n\nAnswer:\n",
-    "User: {instruction}\n\n{code}\nAssistant:\n",
-    "{code}\n\n# {instruction}\n",
-    "### Instruction\n{instruction}\n\n### Input\n{code}\n### Output\n",
-)
-INSTRUCTIONS = {
-    "copy": (
-        "repeat the code above exactly as it is.",
-        "Repeat this source unchanged.",
-        "Copy the following code verbatim.",
-        "Reply with the same file, unchanged.",
-        "Echo the program back without any modification.",
-        "Output this code again, character for character.",
-        "Please reproduce the code exactly.",
-        "Return the file as is.",
-    ),
-    "rename": (
-        "rename the type {old} to {new} throughout the code above and reply with the whole updated file.",
-        "Rename {old} to {new} throughout the code and reply with the whole updated file.",
-        "Change every {old} into {new}.",
-        "Replace the identifier {old} with {new} everywhere.",
-        "Refactor: {old} should be called {new}. Show the full file.",
-        "Please rename {old} as {new} and give the complete code.",
-    ),
-    "reindent": (
-        "Re-indent the code with {width} spaces per level.",
-        "Use {width}-space indentation throughout.",
-        "Change the indentation to {width} spaces and reply with the whole file.",
-    ),
-    "literal": (
-        "Change the value {old} to {new} everywhere in the code.",
-        "Replace the number {old} with {new}.",
-        "Set every occurrence of the literal {old} to {new} and show the full code.",
-    ),
-    "reorder": (
-        "Swap the definitions of {a} and {b}.",
-        "Put {b} before {a} and keep everything else as it is.",
-        "Reorder the code so that {b} comes where {a} is, and {a} where {b} is.",
-    ),
-    "continue": (
-        "Continue the code.",
-        "Complete the rest of this file.",
-        "Finish writing this code.",
-        "Write what comes next.",
-    ),
-    "explain": (
-        "explain what the code above does.",
-        "Describe this code briefly.",
-        "Summarize what the code defines.",
-        "What does this code do?",
-        "Explain the following code.",
-    ),
+BENCH_LAYOUT = "{code}\n\n### Task: {instruction}\n### Reply:\n"
+BENCH_INSTRUCTIONS = {
+    "rename": "rename the type {old} to {new} throughout the code above and reply with the whole updated file.",
+    "explain": "explain what the code above does.",
 }
-assert LAYOUTS[0].format(code="{code}", instruction=INSTRUCTIONS["rename"][0]) == BENCH_EDIT
-assert LAYOUTS[0].format(code="{code}", instruction=INSTRUCTIONS["explain"][0]) == BENCH_EXPLAIN
+assert BENCH_LAYOUT.format(code="{code}", instruction=BENCH_INSTRUCTIONS["rename"]) == BENCH_EDIT
+assert BENCH_LAYOUT.format(code="{code}", instruction=BENCH_INSTRUCTIONS["explain"]) == BENCH_EXPLAIN
 EDIT_KINDS = ("rename", "reindent", "literal", "reorder")
+KINDS = ("copy",) + EDIT_KINDS + ("continue", "explain")
+
+
+def indent(code, spaces=4):
+    return "".join(" " * spaces + line if line.strip() else line for line in code.splitlines(keepends=True))
 
 
 def prompt(rng, kind, code, lang, **fields):
-    """The prompt of `kind` for `code` in a randomly drawn layout and phrasing."""
-    layout = rng.choice(LAYOUTS)
-    instruction = rng.choice(INSTRUCTIONS[kind]).format(**fields)
-    if "```" in layout and not code.endswith("\n"):
+    """The prompt of `kind` for `code`: a drawn layout (instruction before or after the code) and a
+    drawn instruction, its placeholders filled from `fields`."""
+    where = "before" if rng.random() < 0.55 else "after"
+    template = layouts.layout(rng, where, lang, indent_ok=kind not in ("reindent", "continue"))
+    instruction = phrasing.instruction(rng, kind, where).format(**fields)
+    if not code.endswith("\n"):
         code += "\n"
-    return layout.format(code=code, instruction=instruction, lang=lang)
+    indented = indent(code) if "{indented_code}" in template else ""
+    return template.format(code=code, indented_code=indented, instruction=instruction)
 
 
 def rename(code, old, new):
