@@ -21,7 +21,7 @@ from math import prod
 
 import torch
 
-from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits
+from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
 from tileinfer.ops.linear import SKINNY_MAX_M
 from tileinfer.shapes import ModelShape
 
@@ -167,9 +167,10 @@ class ActivationModel:
             scores = 2 * b(hq, t, kv_len, e=4) + (b(t, kv_len, e=1) if causal else 0)  # scores, probs, mask
             return kv + max(b(kv_len, hk, d, e=4) if self.elem != 4 else 0, scores + 2 * b(t, hq, d, e=4))
         if decode:  # split-KV: partial outputs and log-sum-exps of every split, in fp32
-            splits = default_num_splits(max_length, t, self.max_num_splits)
             if self.exact and causal:
-                splits = exact_grid_splits(splits)
+                splits = exact_grid_splits(exact_num_splits(max_length, self.max_num_splits))
+            else:
+                splits = default_num_splits(max_length, t, self.max_num_splits)
             return out + b(splits, t, hq, d, e=4) + b(splits, t, hq, e=4)
         return out
 

@@ -19,8 +19,8 @@ from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
 from tileinfer.models.qwen3 import Qwen3ForCausalLM
 from tileinfer.accept_profile import accept_schedule
-from tileinfer.ops.attention import (default_num_splits, exact_block_m, exact_grid_splits, exact_split_size,
-                                     max_num_splits)
+from tileinfer.ops.attention import (default_num_splits, exact_block_m, exact_grid_splits, exact_num_splits,
+                                     exact_split_size, max_num_splits)
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.stats import Generation, GenerationStats
 
@@ -298,10 +298,12 @@ class Engine:
     def step_shape(self, size: int, max_length: int, num_splits: int | None, forced: bool, sample: bool = False,
                    filtered: bool = False) -> StepShape:
         """The shape of a step of `size` tokens in a request whose tokens end at `max_length`."""
-        if num_splits is None:
-            num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
         if not self.exact:
+            if num_splits is None:
+                num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
             return StepShape(size, num_splits, 0, forced, sample, filtered)
+        if num_splits is None:  # one split size for the whole request, whatever the step's size
+            num_splits = exact_num_splits(max_length, max_num_splits(self.device))
         return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced,
                          sample, filtered)
 

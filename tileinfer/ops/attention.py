@@ -40,14 +40,25 @@ def max_num_splits(device) -> int:
 
 
 def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX_NUM_SPLITS) -> int:
-    """Split count for ``decode_attention``: 16 splits × 8 KV heads = 128 programs fill the H200's
-    132 SMs in one wave; a short cache gets one 64-position block per split."""
-    # H200, Qwen3-4B shapes, bf16, in a CUDA graph (bench/results/attention_h200.csv), µs by splits:
-    #   q16  8k: 8 → 21.5, 12 → 18.3, 16 → 16.2, 24 → 19.7, 32 → 18.2, 64 → 25.2
-    #   q16 32k: 8 → 63.3, 16 → 40.6, 24 → 45.1, 32 → 42.8, 64 → 51.5 (q1: 16 → 39.1, 32 → 38.0)
-    #   q16  1k: 4 → 10.1, 8 → 8.9, 16 → 8.7, 64 → 15.1 (two launches dominate)
-    # The best count did not depend on the number of query tokens (1 or 16).
-    return max(1, min(max_splits, kv_len // EXACT_BLOCK_N))
+    """Split count for ``decode_attention``: one token reads best with shares of 128 positions or more,
+    a block of 16 (its 64-row partials to write and merge) with shares of 256 or more and, below 8k,
+    at most 8 splits; never more than ``max_splits`` (16 × 8 KV heads = 128 programs, one wave on 132 SMs)."""
+    # H200, Qwen3-4B heads, bf16, CUDA graph, µs by splits (bench/results/attention_splits_h200.csv):
+    #   T=1:   1k 4 → 8.3, 8 → 7.9, 16 → 8.7;  4k 8 → 13.5, 16 → 12.3;  32k 16 → 40.0, 32 → 53.8
+    #   T=16:  1k 4 → 12.2, 8 → 13.6, 16 → 18.1;  2k 8 → 15.2, 16 → 19.4;  4k 8 → 18.7, 16 → 21.6;
+    #          8k 8 → 25.5, 16 → 25.7;  32k 16 → 50.2, 32 → 64.1
+    if num_q_tokens == 1:
+        return max(1, min(max_splits, kv_len // 128))
+    return max(1, min(max_splits, kv_len // 256, 8 if kv_len < 8192 else max_splits))
+
+
+def exact_num_splits(max_length: int, max_splits: int = MAX_NUM_SPLITS) -> int:
+    """The split count exact mode starts from (``exact_split_size``), the same for steps of 1 and of 16
+    tokens: it gives splits of about 256 positions at 1k and 512 from 4k on, the best of both step sizes."""
+    # H200, Qwen3-4B heads, exact mode, µs (T=1 / T=16) by split size (bench/results/attention_splits_h200.csv):
+    #   kv 1100: 64 → 10.7/27.1, 256 → 8.6/13.0;  4200: 256 → 14.4/24.2, 512 → 13.6/19.8;
+    #   kv 8300: 256 → 20.3/42.4, 512 → 16.9/26.9, 1024 → 20.0/26.8
+    return max(1, min(max_splits, max_length // 256))
 
 
 EXACT_BLOCK_N = 64     # split sizes in exact mode are multiples of the decode kernel's key block

@@ -1,0 +1,82 @@
+"""The split-count sweep behind ``default_num_splits`` and ``exact_num_splits`` (one H200 call, ~40 s).
+
+    python3 bench/attention_splits.py --out DIR     # DIR/attention_splits_h200.csv, a table last
+
+Qwen3-4B heads (32 query, 8 KV, head_dim 128), bf16, random K/V, each call in a CUDA graph with the cache
+rotated over copies (≥ 256 MB) so that K/V come from HBM. Plain: even shares of the KV length over
+``num_splits``; exact: splits of ``split_size`` positions and the 64-row query tile of exact mode.
+"""
+
+import argparse
+import csv
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from tileinfer.ops.attention import exact_block_m  # noqa: E402
+from tileinfer.ops.decode_attention import decode_attention  # noqa: E402
+from tileinfer.shapes import QWEN3_4B  # noqa: E402
+from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
+
+H, KVH, D = QWEN3_4B.q_heads, QWEN3_4B.kv_heads, QWEN3_4B.head_dim
+PLAIN_SPLITS = (2, 4, 6, 8, 12, 16, 24, 32)
+EXACT_SPLIT_SIZES = (64, 128, 256, 512, 1024, 2048)
+
+
+def time_us(kv_len, num_q_tokens, **kw):
+    from triton.testing import do_bench_cudagraph
+    copies = max(2, min(64, math.ceil(256e6 / (kv_len * KVH * D * 4))))
+    k = torch.randn(copies, kv_len + 64, KVH, D, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn_like(k)
+    q = torch.randn(num_q_tokens, H, D, dtype=torch.bfloat16, device="cuda")
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device="cuda")
+
+    def fn():
+        for i in range(copies):
+            decode_attention(q, k[i], v[i], kv_len_t, **kw)
+    return do_bench_cudagraph(fn, rep=20) * 1e3 / copies
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("attention_splits.py times CUDA kernels: run it on a GPU")
+    info = {**run_info(), "command": command_line(), "weights_kind": "random"}
+    rows = []
+    for kv_len in (1024, 2048, 4096, 8192, 32768):
+        for t in (1, 16):
+            for s in PLAIN_SPLITS:
+                if s * 64 <= kv_len:
+                    rows.append(dict(mode="plain", kv_len=kv_len, num_q_tokens=t, num_splits=s, split_size=0,
+                                     time_us=round(time_us(kv_len, t, num_splits=s), 2)))
+    for kv_len in (1100, 4200, 8300):
+        for t in (1, 16):
+            for size in EXACT_SPLIT_SIZES:
+                if 2 * size <= kv_len:
+                    grid = kv_len // size + 2
+                    us = time_us(kv_len, t, num_splits=grid, split_size=size, block_m=exact_block_m(H, KVH))
+                    rows.append(dict(mode="exact", kv_len=kv_len, num_q_tokens=t, num_splits=grid, split_size=size,
+                                     time_us=round(us, 2)))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "attention_splits_h200.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*rows[0], *info])
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, **info})
+    print(f"{info['gpu']}, torch {info['torch']}, triton {info['triton']}, rev {info['git_rev']}; random K/V; {path}")
+    for mode in ("plain", "exact"):
+        for key in dict.fromkeys((r["kv_len"], r["num_q_tokens"]) for r in rows if r["mode"] == mode):
+            rs = [r for r in rows if r["mode"] == mode and (r["kv_len"], r["num_q_tokens"]) == key]
+            label = "split_size" if mode == "exact" else "num_splits"
+            print(f"{mode} kv {key[0]:6} T {key[1]:2}  " + "  ".join(f"{r[label]}:{r['time_us']:.1f}" for r in rs))
+
+
+if __name__ == "__main__":
+    main()
