@@ -69,7 +69,7 @@ def _merge_head(
     MID_O, MID_LSE, OUT, kv_head, live_splits,
     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-    SPLITS_P2: tl.constexpr,
+    SPLITS_P2: tl.constexpr, UNROLL: tl.constexpr,
 ):
     """For every query row of one KV head: out = Σ_s exp2(lse_s − m) o_s / Σ_s exp2(lse_s − m), m = max_s lse_s,
     summed split by split in order (a split the row does not reach, lse = −inf, is an exact no-op)."""
@@ -90,7 +90,7 @@ def _merge_head(
     m_shift = tl.where(m == float("-inf"), 0.0, m)
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for s in tl.range(0, live_splits, loop_unroll_factor=4):
+    for s in tl.range(0, live_splits, loop_unroll_factor=UNROLL):
         lse = tl.load(lse_ptrs + s * stride_ls, mask=row_valid, other=float("-inf"), cache_modifier=".cg")
         o = tl.load(o_ptrs + s * stride_os, mask=row_valid[:, None], other=0.0, cache_modifier=".cg")
         w = tl.math.exp2(lse - m_shift)
@@ -113,7 +113,7 @@ def _split_kv_attention_kernel(
     stride_ls, stride_lt,
     stride_out_t, stride_out_h,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
@@ -178,7 +178,7 @@ def _split_kv_attention_kernel(
     if arrived == live_splits - 1:
         _merge_head(MID_O, MID_LSE, OUT, kv_head, live_splits,
                     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
-                    NUM_Q_TOKENS, GROUP, HEAD_DIM, BLOCK_M, SPLITS_P2)
+                    NUM_Q_TOKENS, GROUP, HEAD_DIM, BLOCK_M, SPLITS_P2, MERGE_UNROLL)
         tl.atomic_xchg(COUNTERS + kv_head, 0, sem="relaxed")
 
 
@@ -203,6 +203,13 @@ def _check_inputs(q, k_cache, v_cache):
     if k_cache.device != q.device or v_cache.device != q.device:
         raise ConfigError(f"q is on {q.device} but the KV cache is on {k_cache.device}/{v_cache.device}")
     assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "KV cache rows must be contiguous"
+
+
+def merge_unroll(block_m: int, head_dim: int, num_warps: int) -> int:
+    """Partials the merge keeps in flight: up to 4 while they fit in ~64 registers a thread beside the
+    accumulator (a 64-row tile of 128 fp32 takes 64 on 4 warps: one at a time, else it spills)."""
+    tile_regs = block_m * head_dim // (32 * num_warps)
+    return max(1, min(4, 64 // max(tile_regs, 1)))
 
 
 @dataclass(frozen=True)
@@ -272,6 +279,7 @@ def decode_attention(
             out.stride(0), out.stride(1),
             NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
             BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
+            MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
