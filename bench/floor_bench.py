@@ -10,7 +10,9 @@ comparison's tokens per step (7.1 and 2.9 at 1k, 1.87 at 8k). The floor is the b
 per layer, is the fixed cost the fused kernels are to remove. cuBLAS linears (plain decode, BF16) are the
 in-run baseline. Launches per layer count the target's kernels inside its layers in one decode step
 (an eager profiled run: the graphs replay the same launches). `--pdl off,on` measures everything with
-and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, as the kernels got it).
+and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, as the kernels got it);
+`--fuse-norms off,on` without and with the RMSNorms and residual adds folded into the GEMMs
+(TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused).
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
 """
@@ -18,8 +20,10 @@ Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept 
 import argparse
 import gc
 import math
+import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -58,11 +62,12 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"])
 
 
-def measure_model(model, args, bandwidth, record):
+def measure_model(model, args, bandwidth, record, cublas=True):
     target, drafter = checkpoints(model, Path(args.root))
     g = torch.Generator().manual_seed(0)
     for weights in args.weights:
         engine = tileinfer.load(target, draft=drafter, weights=weights)
+        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off"}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
@@ -71,17 +76,17 @@ def measure_model(model, args, bandwidth, record):
             counts = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
             record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts,
-                             engine.device))
+                             engine.device) | fused)
             dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
             counts = launches(engine, ids, engine.block_max, replayed(point)[0])
             for tps in replayed(point):
                 r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
                 record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
-                                 counts, engine.device))
+                                 counts, engine.device) | fused)
         del engine
         gc.collect()
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    if "bf16" in args.weights and not args.no_cublas:
+    if "bf16" in args.weights and cublas and not args.no_cublas:
         engine = tileinfer.load(target, weights="bf16", linear="cublas")
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
@@ -89,9 +94,23 @@ def measure_model(model, args, bandwidth, record):
             floor = step_bytes(cfg, len(ids) + args.new_tokens // 2, 1, "bf16") / bandwidth * 1e3
             counts = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
-            record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device))
+            record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device)
+                   | {"fuse_norms": "off"})
         del engine
         gc.collect()
+
+
+@contextmanager
+def fuse_norms_env(on: bool):
+    was = os.environ.get("TILEINFER_FUSE_NORMS")
+    os.environ["TILEINFER_FUSE_NORMS"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ["TILEINFER_FUSE_NORMS"]
+        else:
+            os.environ["TILEINFER_FUSE_NORMS"] = was
 
 
 def main(argv=None):
@@ -106,12 +125,13 @@ def main(argv=None):
                         help="read bandwidth for the floors instead of measuring it (GB/s)")
     parser.add_argument("--no-cublas", action="store_true", help="leave out the cuBLAS-linears baseline")
     parser.add_argument("--pdl", default="off,on", help="off, on or off,on: Programmatic Dependent Launch")
+    parser.add_argument("--fuse-norms", default="off", help="off, on or off,on: RMSNorms and residual adds in the GEMMs")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl = args.pdl.split(",")
+    args.pdl, args.fuse_norms = args.pdl.split(","), args.fuse_norms.split(",")
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
-                               ("--pdl", args.pdl, ("off", "on"))):
+                               ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on"))):
         unknown = [x for x in given if x not in known]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -134,18 +154,21 @@ def main(argv=None):
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
-            measure_model(model, args, bandwidth, record)
-            # written after each model, so a run cut short keeps what it measured
-            path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-            print(f"{model}, PDL {setting}: done at {time.perf_counter() - tic:.0f} s", flush=True)
+            for fuse in args.fuse_norms:
+                with fuse_norms_env(fuse == "on"):  # read by the engines loaded inside
+                    measure_model(model, args, bandwidth, record, cublas=fuse == args.fuse_norms[0])
+                # written after each model, so a run cut short keeps what it measured
+                path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                print(f"{model}, PDL {setting}, fused norms {fuse}: done at {time.perf_counter() - tic:.0f} s",
+                      flush=True)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4}")
+          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4}")
+              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4}")
     return rows
 
 

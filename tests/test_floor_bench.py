@@ -44,3 +44,17 @@ def test_unknown_point_is_named(tmp_path, capsys):
         floor_bench.main(["--models", "tiny", "--points", "tiny", "--pdl", "maybe", "--out", str(tmp_path)])
     assert "--pdl: unknown maybe" in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))
+
+
+def test_fused_norms_measured_beside_unfused(tmp_path):
+    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "6", "--repeats",
+                      "1", "--pdl", "off", "--fuse-norms", "off,on", "--bandwidth-gbs", "50", "--out", str(tmp_path),
+                      "--root", str(tmp_path / "checkpoints")])
+    (path,) = tmp_path.glob("floor_*.csv")
+    table = pd.read_csv(path)
+    keys = list(zip(table["mode"], table["linears"], table["fuse_norms"]))
+    assert keys == [("plain", "triton", "off"), ("dflash", "triton", "off"), ("plain", "cublas", "off"),
+                    ("plain", "triton", "on"), ("dflash", "triton", "on")]
+    launches = table[table["linears"] == "triton"].set_index(["mode", "fuse_norms"])["launches_per_layer"]
+    # the RMSNorms fold into the GEMMs (on an H200, 8 launches per layer become 6; the CPU counts torch ops)
+    assert launches["plain", "on"] < launches["plain", "off"] and launches["dflash", "on"] < launches["dflash", "off"]

@@ -282,7 +282,7 @@ class Engine:
                                              tap_ids=self.tap_ids if drafter else ())
                 if drafter:
                     drafter.append_context(taps, positions, self.draft_cache)
-            last = target.final_norm(h[-1:], residual[-1:])
+            last = target.final_norm(None if h is None else h[-1:], residual[-1:])
             return target.logits(last)
 
     @torch.inference_mode()

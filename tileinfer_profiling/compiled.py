@@ -64,6 +64,9 @@ class Case:
     config: str = ""  # a skinny GEMM's GemmConfig as JSON; "" for the tuned one
 
 
+FUSED = {"qkv": "norm", "o": "residual", "gate_up": "norm", "down": "residual"}
+
+
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
           chunk: int = 4096) -> list[Case]:
     """Every kernel launch of a decode step, a DFlash step and a prefill chunk of the preset's shape."""
@@ -73,6 +76,9 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
         "lm_head": (s.vocab, h), "drafter fc": (h, draft_taps * h)}
     out = [Case(f"linear {name}", f"{n}x{k}", m, kind)
            for name, (n, k) in linears.items() for m in (1, 4, 16) for kind in ("bf16", "int8")]
+    out += [Case(f"linear {name} + {fused}", f"{n}x{k}", m, kind)  # Ops.fuse_norms: the norms and adds folded in
+            for name, fused in FUSED.items() for m in (1, 16) for kind in ("bf16", "int8")
+            for n, k in [linears[name]]]
     out += [Case(f"linear {name} prefill", f"{n}x{k}", chunk, "int8")
             for name, (n, k) in linears.items() if name not in ("lm_head", "drafter fc")]
     out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
@@ -316,7 +322,10 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
             return json.dumps(w8a16_gemm._prefill_config(t).__dict__)
         cfg = (GemmConfig(**json.loads(case.config)) if case.config
                else _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind))
-        skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=case.op == "linear gate_up")
+        name = case.op.split()[1]
+        norm = torch.empty(k, dtype=bf16) if case.op.endswith("+ norm") else None
+        residual = torch.empty(t, n, dtype=bf16) if case.op.endswith("+ residual") else None
+        skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual)
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
         h = shape.hidden

@@ -9,7 +9,7 @@ import dataclasses
 
 from tileinfer.config import DFlashConfig
 from tileinfer.kv_cache import KVCache
-from tileinfer.models.qwen3 import Qwen3ForCausalLM, Qwen3Layer, decoder_layer
+from tileinfer.models.qwen3 import Qwen3ForCausalLM, Qwen3Layer, decoder_layer, final_rms_norm
 from tileinfer.models.qwen3_checkpoint import build_layer, check_tensors, expected_shapes
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.linear import Linear
@@ -57,7 +57,7 @@ class DFlashDrafter:
         stream = [ops.embedding(block_ids, self.target.embed_tokens), None]
         for i, layer in enumerate(self.layers):
             decoder_layer(ops, c, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"drafter.layer.{i}")
-        return ops.rms_norm(stream[0], self.norm, c.rms_norm_eps, stream[1])[0]
+        return final_rms_norm(ops, *stream, self.norm, c.rms_norm_eps)
 
     def named_linears(self):
         for i, layer in enumerate(self.layers):

@@ -13,7 +13,7 @@ from tileinfer import tracing
 from tileinfer.config import Qwen3Config
 from tileinfer.kv_cache import KVCache
 from tileinfer.ops.backend import AttentionContext, Ops
-from tileinfer.ops.linear import Linear
+from tileinfer.ops.linear import SKINNY_MAX_M, Linear
 from tileinfer.ops.rope import rope_cos_sin
 
 
@@ -29,18 +29,23 @@ class Qwen3Layer:
     down_proj: Linear
 
 
-def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positions, cos_sin,
-                    k_cache, v_cache, ctx: AttentionContext):
-    """Self-attention of one Qwen3 layer; writes this call's K/V into the layer's cache first."""
-    t, hq, hk, d = x.shape[0], config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    qkv = ops.linear(x, layer.qkv_proj)
+def self_attention(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, qkv, positions, cos_sin,
+                   k_cache, v_cache, ctx: AttentionContext):
+    """Attention output [T, heads × head_dim] of the projected qkv; writes this call's K/V into the cache first."""
+    t, hq, hk, d = qkv.shape[0], config.num_attention_heads, config.num_key_value_heads, config.head_dim
     q = qkv[:, : hq * d].view(t, hq, d)
     k = qkv[:, hq * d: (hq + hk) * d].view(t, hk, d)
     v = qkv[:, (hq + hk) * d:].view(t, hk, d)
     q, _ = ops.qk_norm_rope(q, k, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
                             v=v, k_cache=k_cache, v_cache=v_cache)
-    out = ops.attention(q, k_cache, v_cache, ctx)
-    return ops.linear(out.view(t, hq * d), layer.o_proj)
+    return ops.attention(q, k_cache, v_cache, ctx).view(t, hq * d)
+
+
+def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positions, cos_sin,
+                    k_cache, v_cache, ctx: AttentionContext):
+    """Self-attention of one Qwen3 layer on the normed x, o_proj included."""
+    qkv = ops.linear(x, layer.qkv_proj)
+    return ops.linear(self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx), layer.o_proj)
 
 
 def mlp_block(ops: Ops, layer: Qwen3Layer, x):
@@ -51,10 +56,15 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
                   k_cache, v_cache, ctx: AttentionContext, name: str):
     """Advance the residual stream [h, residual] through one pre-norm decoder layer, in place: the caller
     holds no reference to the old tensors, so each is freed as soon as it is used (prefill's peak memory
-    per chunk depends on it). `name` labels the layer's profiler ranges."""
+    per chunk depends on it). `name` labels the layer's profiler ranges. Steps of up to 16 tokens with
+    `ops.fuse_norms` keep the stream as [None, h + residual] (`fused_decoder_layer`)."""
     eps = config.rms_norm_eps
     h, residual = stream
+    if ops.fuse_norms and (residual if h is None else h).shape[0] <= SKINNY_MAX_M:
+        return fused_decoder_layer(ops, config, layer, stream, positions, cos_sin, k_cache, v_cache, ctx, name)
     stream.clear()
+    if h is None:
+        h, residual = residual, None
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
         h = attention_block(ops, config, layer, x, positions, cos_sin, k_cache, v_cache, ctx)
@@ -62,6 +72,34 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
         x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
         h = mlp_block(ops, layer, x)
     stream[:] = (h, residual)
+
+
+def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list, positions, cos_sin,
+                        k_cache, v_cache, ctx: AttentionContext, name: str):
+    """`decoder_layer` in four GEMM launches around the attention: each RMSNorm folded into the projection
+    after it, each residual add into the projection before it; the stream leaves as [None, h + residual]."""
+    eps = config.rms_norm_eps
+    h, residual = stream
+    stream.clear()
+    if residual is None:  # the first layer: the embedding rows are the residual stream
+        residual = h
+    elif h is not None:
+        residual = residual.add_(h)
+    with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
+        qkv = ops.norm_linear(residual, layer.input_layernorm, eps, layer.qkv_proj)
+        out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
+        ops.linear_add(out, layer.o_proj, residual)
+    with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
+        act = ops.norm_linear(residual, layer.post_attention_layernorm, eps, layer.gate_up_proj, swiglu=True)
+        ops.linear_add(act, layer.down_proj, residual)
+    stream[:] = (None, residual)
+
+
+def final_rms_norm(ops: Ops, h, residual, weight, eps):
+    """rms_norm(h + residual) of a stream that may already hold its sum in `residual` (h None)."""
+    if h is None:
+        return ops.rms_norm(residual, weight, eps)[0]
+    return ops.rms_norm(h, weight, eps, residual)[0]
 
 
 class Qwen3ForCausalLM:
@@ -85,12 +123,15 @@ class Qwen3ForCausalLM:
         for i, layer in enumerate(self.layers):
             decoder_layer(ops, self.config, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"layer.{i}")
             for j, tapped in enumerate(tap_ids):  # a layer may be tapped more than once
-                if tapped == i:
+                if tapped == i and stream[0] is None:
+                    taps[:, j * hidden:(j + 1) * hidden].copy_(stream[1])
+                elif tapped == i:
                     torch.add(*stream, out=taps[:, j * hidden:(j + 1) * hidden])
         return tuple(stream)
 
     def final_norm(self, h, residual):
-        return self.ops.rms_norm(h, self.norm, self.config.rms_norm_eps, residual)[0]
+        """rms_norm of the last layer's stream (h None: residual already holds h + residual)."""
+        return final_rms_norm(self.ops, h, residual, self.norm, self.config.rms_norm_eps)
 
     def logits(self, hidden):
         return self.ops.linear(hidden, self.lm_head)

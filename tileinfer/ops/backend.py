@@ -1,5 +1,6 @@
 """The two backends: Triton kernels (GPU, or the interpreter on CPU) and their PyTorch references."""
 
+import os
 from dataclasses import dataclass
 from functools import partial
 
@@ -24,16 +25,27 @@ class AttentionContext:
 
 class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
-    (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's."""
+    (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
+    `fuse_norms`: steps of up to 16 tokens fold each RMSNorm into the projection after it and each residual
+    add into the projection before it (`norm_linear`, `linear_add`); None reads TILEINFER_FUSE_NORMS (1 or 0,
+    default 0)."""
 
-    def __init__(self, backend: str, linear: str = "ours", exact: bool = False):
+    def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None):
         if backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if linear not in LINEAR_IMPLS:
             raise ConfigError(f"linear must be one of {LINEAR_IMPLS}, got {linear!r}")
         from tileinfer.ops import attention, linear as lin, rmsnorm, rope, swiglu
+        if fuse_norms is None:
+            env = os.environ.get("TILEINFER_FUSE_NORMS", "0")
+            if env not in ("0", "1"):
+                raise ConfigError(f"TILEINFER_FUSE_NORMS must be 1 or 0, got {env!r}")
+            fuse_norms = env == "1"
         self.backend = backend
         self.exact = exact
+        self.fuse_norms = fuse_norms
+        self._fused_gemms = backend == "triton" and linear == "ours"
+        self._norm_linear, self._linear_add = lin.norm_linear, lin.linear_add
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":
@@ -64,6 +76,19 @@ class Ops:
         if self._linear_swiglu is None:
             return self.silu_mul(self.linear(x, gate_up))
         return self._linear_swiglu[self.exact](x, gate_up)
+
+    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False):
+        """linear(rms_norm(x)) (linear_swiglu with `swiglu`): one launch where our skinny GEMM runs."""
+        if self._fused_gemms:
+            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu)
+        normed = self.rms_norm(x, norm, eps)[0]
+        return self.linear_swiglu(normed, lin) if swiglu else self.linear(normed, lin)
+
+    def linear_add(self, x, lin, residual):
+        """residual += linear(x), in place: one launch where our skinny GEMM runs."""
+        if self._fused_gemms:
+            return self._linear_add(x, lin, residual, self.exact)
+        return residual.add_(self.linear(x, lin))
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
         if self.backend == "torch":

@@ -7,7 +7,9 @@
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py)
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
 `linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
-MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16.
+MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
+RMSNorm before a projection into it, `linear_add` the residual add after one, so a decode step's
+layer needs no norm launch of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from tileinfer.errors import CheckpointError
+from tileinfer.ops.rmsnorm import rms_norm
 from tileinfer.ops.skinny_gemm import MAX_M as SKINNY_MAX_M
 from tileinfer.ops.skinny_gemm import skinny_gemm
 from tileinfer.ops.swiglu import silu_mul
@@ -178,6 +181,37 @@ def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Te
         return silu_mul(linear(x, lin, exact))
     y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, swiglu=True)
     return y.reshape(*x.shape[:-1], lin.out_features // 2)
+
+
+def _skinny_ok(x2: torch.Tensor, lin: Linear) -> bool:
+    return 1 <= x2.shape[0] <= SKINNY_MAX_M and x2.device == lin.device
+
+
+def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, exact: bool = False,
+                swiglu: bool = False) -> torch.Tensor:
+    """linear (or linear_swiglu) of rms_norm(x, norm, eps): at M <= 16 one skinny launch that applies the
+    norm on the way in (no normed x written); else the two calls."""
+    _check_input(x, lin)
+    x2 = x.reshape(-1, lin.in_features)
+    if not _skinny_ok(x2, lin):
+        normed = rms_norm(x2, norm, eps)[0]
+        y = linear_swiglu(normed, lin, exact) if swiglu else linear(normed, lin, exact)
+    else:
+        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
+                        swiglu=swiglu, norm=norm, eps=eps)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    """residual += linear(x, lin), in place (the product rounded to the residual's dtype first, the sum
+    rounded once, as rms_norm's residual add does); returns residual. One launch at M <= 16."""
+    _check_input(x, lin)
+    x2 = x.reshape(-1, lin.in_features)
+    r2 = residual.view(-1, lin.out_features)
+    if not _skinny_ok(x2, lin) or r2.dtype != x.dtype:
+        return residual.add_(linear(x, lin, exact))
+    skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2)
+    return residual
 
 
 def embedding(ids: torch.Tensor, lin: Linear, dtype: torch.dtype | None = None) -> torch.Tensor:

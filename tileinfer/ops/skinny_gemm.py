@@ -21,6 +21,11 @@ and the per-channel scale is applied in the epilogue. The conversion avoids the 
 
 `swiglu=True` serves the MLP's fused gate_up: each program streams its gate rows and the matching up rows
 in one K loop and stores silu(gate) * up, so the activation needs no launch and gate_up is never written.
+
+`norm=` folds the RMSNorm before the projection in: the products take x·g, the K loop also sums x² from
+the x tiles it loads anyway, and the epilogue scales the sums by the row's 1/RMS (no normed x written).
+`residual=` folds the residual add after it in: the product, rounded to the model dtype, is added to the
+residual stream in place.
 """
 
 from __future__ import annotations
@@ -67,13 +72,16 @@ def _weight_to(w, dtype: tl.constexpr, FAST_I8: tl.constexpr):
 
 @triton.jit
 def _rows_acc(
-    x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
+    x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
+    NORM: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
-    rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second.
+    rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second. NORM: x[m, k]
+    is taken times g[k] and the third result is Σ_k x[m, k]² over the same range (a scalar for the GEMV,
+    [BLOCK_M] else): the RMSNorm's statistics gathered from the tiles the product loads anyway.
 
     The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
     tile before the grid-dependency wait: weights never depend on the kernel before, x does."""
@@ -83,6 +91,7 @@ def _rows_acc(
     if BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        sq = tl.zeros((BLOCK_K,), dtype=tl.float32)
         offs_k = k_start + tl.arange(0, BLOCK_K)
         w_next = tl.load(w_rows + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
         w2_next = w_next
@@ -98,17 +107,22 @@ def _rows_acc(
             w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
             if TWO:
                 w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
-            xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)[None, :]
+            xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
+            if NORM:
+                sq += xk * xk
+                xk = xk * tl.load(g_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
+            xk = xk[None, :]
             if TWO:
                 acc2 += _weight_to(w2, tl.float32, FAST_I8) * xk
             acc += _weight_to(w, tl.float32, FAST_I8) * xk
         out = tl.sum(acc, axis=1)
         out2 = tl.sum(acc2, axis=1)
+        ss = tl.sum(sq, axis=0)
         if HAS_SCALE:
             out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
             if TWO:
                 out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        return out, out2
+        return out, out2, ss
     else:
         if PDL:
             gdc_wait()
@@ -116,6 +130,7 @@ def _rows_acc(
         m_mask = offs_m < M
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
@@ -123,6 +138,11 @@ def _rows_acc(
                 x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
                 mask=m_mask[None, :] & k_mask[:, None], other=0.0,
             )
+            if NORM:
+                xf = xt.to(tl.float32)
+                ss += tl.sum(xf * xf, axis=0)
+                g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+                xt = (xf * g[:, None]).to(x_ptr.dtype.element_ty)
             w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
             if TWO:
                 w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
@@ -132,7 +152,7 @@ def _rows_acc(
             acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
             if TWO:
                 acc2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
-        return acc, acc2
+        return acc, acc2, ss
 
 
 @triton.jit
@@ -174,13 +194,20 @@ def _sum_splits(part_ptr, offs_n, n_mask, M, num_splits, stride_ps, stride_pm,
 
 
 @triton.jit
+def _rms_scale(ss, inv_k, eps):
+    """1 / RMS of rows whose squares sum to `ss` over 1 / inv_k features: RMSNorm's deferred factor
+    (inv_k from the host: no int -> float conversion in the kernel)."""
+    return tl.rsqrt(ss * inv_k + eps)
+
+
+@triton.jit
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, y_ptr, part_ptr, counters_ptr,
-    M, N, K, k_per_split, half,
+    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr,
+    M, N, K, k_per_split, half, inv_k, eps,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
-    PARTIAL: tl.constexpr, PDL: tl.constexpr,
+    PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -188,6 +215,11 @@ def _skinny_gemm_kernel(
     last program of an N-tile to arrive sums them in split order and writes y. SWIGLU: W is a fused
     gate_up [2 * half, K]; program n computes gate rows n and up rows half + n and y = silu(gate) * up
     [M, half] (the gate_up never leaves the kernel).
+
+    NORM: x is RMSNorm'ed with weight g on the way in, y = rmsnorm(x) @ W.T: the products take x·g and
+    the row's 1/RMS multiplies the sums (with splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles,
+    BLOCK_M] and the last program adds them in split order). RESIDUAL: y holds the residual stream and
+    becomes y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it).
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
@@ -197,37 +229,58 @@ def _skinny_gemm_kernel(
     n_mask = offs_n < (half if SWIGLU else N)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
-    acc, up = _rows_acc(x_ptr, w_ptr, scale_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, half,
-                        HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL)
+    acc, up, ss = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
+                            stride_wn, half, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8,
+                            SWIGLU, PDL, NORM)
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
         mask = n_mask
+        offs_m = 0
     else:
         offs_m = tl.arange(0, BLOCK_M)
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         part_ptrs = part_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None]
         mask = n_mask[:, None] & (offs_m < M)[None, :]
+    done = True
     if PARTIAL:
         tl.store(part_ptrs, acc, mask=mask)
         if SWIGLU:
             tl.store(part_ptrs + half, up, mask=mask)
+        tiles = tl.num_programs(0)
+        if NORM:
+            tl.store(ss_ptr + (pid_k * tiles + pid_n) * BLOCK_M + offs_m, ss)
         # Every thread's partial stores come before the counter's release; the program that counts last
         # acquires them all, sums the splits, and leaves the counter at 0 for the next launch or replay.
         tl.debug_barrier()
         num_splits = tl.num_programs(1)
         arrived = tl.atomic_add(counters_ptr + pid_n, 1, sem="acq_rel")
-        if arrived == num_splits - 1:
+        done = arrived == num_splits - 1
+        if done:
             acc = _sum_splits(part_ptr, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
             if SWIGLU:
                 up = _sum_splits(part_ptr + half, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
-                acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
-            tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+            if NORM:
+                ss = tl.load(ss_ptr + pid_n * BLOCK_M + offs_m, cache_modifier=".cg")
+                for s in range(1, num_splits):
+                    ss += tl.load(ss_ptr + (s * tiles + pid_n) * BLOCK_M + offs_m, cache_modifier=".cg")
             tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
-    else:
+    if done:
+        if NORM:
+            r = _rms_scale(ss, inv_k, eps)
+            if BLOCK_M == 1:
+                acc *= r
+                up *= r
+            else:
+                acc *= r[None, :]
+                up *= r[None, :]
         if SWIGLU:
             acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+        out = acc.to(y_ptr.dtype.element_ty)
+        if RESIDUAL:
+            res = tl.load(y_ptrs, mask=mask, other=0.0)
+            out = (out.to(tl.float32) + res.to(tl.float32)).to(y_ptr.dtype.element_ty)
+        tl.store(y_ptrs, out, mask=mask)
 
 
 def _pow2_at_least(v: int, lo: int = 16) -> int:
@@ -236,14 +289,17 @@ def _pow2_at_least(v: int, lo: int = 16) -> int:
 
 def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
-    exact: bool = False, swiglu: bool = False,
+    exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
     `config` overrides the tuned/heuristic launch config (the tuner and the tests use it). `exact`: each
     row's bits independent of M (one instruction path and one config for every M). `swiglu`: W is a fused
     gate_up [2I, K] and y = silu(gate) * up [M, I], with the bits of `silu_mul(skinny_gemm(x, W))` in one
-    launch and no gate_up written.
+    launch and no gate_up written. `norm` [K]: y = rms_norm(x, norm, eps) @ W.T without a normed x written
+    (the 1/RMS is applied to the sums, so bits differ from the two-launch path by rounding). `residual`
+    [M, N]: residual += x @ W.T in place (the product rounded to x.dtype first), and residual is returned.
     """
     m, k = x.shape
     n = w.shape[0]
@@ -251,12 +307,17 @@ def skinny_gemm(
     assert w.shape[1] == k and w.stride(1) == 1, (tuple(w.shape), w.stride())
     assert (w.dtype == torch.int8) == (scale is not None), "int8 weights need a scale, float weights none"
     assert not swiglu or n % 2 == 0, f"a fused gate_up has an even number of rows, got {n}"
+    assert norm is None or (norm.shape == (k,) and norm.is_contiguous()), "norm takes a contiguous weight [K]"
+    if residual is not None:
+        assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
+        assert residual.shape == (m, n) and residual.dtype == x.dtype and residual.stride(1) == 1, \
+            f"residual must be [{m}, {n}] {x.dtype} with contiguous rows, got {tuple(residual.shape)} {residual.dtype}"
     if x.stride(1) != 1:
         x = x.contiguous()
     block_m = 16 if exact or m > 1 else 1
     cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device)
     half = n // 2
-    y = torch.empty(m, half if swiglu else n, device=x.device, dtype=x.dtype)
+    y = residual if residual is not None else torch.empty(m, half if swiglu else n, device=x.device, dtype=x.dtype)
 
     def launch(c: GemmConfig):
         block_k = min(c.block_k, _pow2_at_least(k))
@@ -265,16 +326,18 @@ def skinny_gemm(
         part = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
         counters = arrival_counters(x.device, tiles) if split_k > 1 else part
+        sums = (torch.empty(split_k, tiles, block_m, device=x.device, dtype=torch.float32)
+                if norm is not None and split_k > 1 else part)
         _skinny_gemm_kernel[(tiles, split_k)](
-            x, w, scale if scale is not None else w, y, part, counters,
-            m, n, k, k_per_split, half,
+            x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
+            m, n, k, k_per_split, half, 1.0 / k, eps,
             x.stride(0), w.stride(0), y.stride(0),
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
-            SWIGLU=swiglu, PARTIAL=split_k > 1, num_warps=c.num_warps, num_stages=c.num_stages,
-            **launch_options(x.device),
+            SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm is not None, RESIDUAL=residual is not None,
+            num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
-    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu)
+    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm is not None, residual is not None)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return y

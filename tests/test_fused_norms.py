@@ -1,0 +1,123 @@
+"""RMSNorm folded into the projection after it and the residual add into the projection before it
+(`norm_linear`, `linear_add`, `Ops.fuse_norms`): against the unfused ops, rows independent of M in exact
+mode, and greedy DFlash still equal to greedy decoding with the fused layer."""
+
+import pytest
+import torch
+
+import tileinfer
+from tests.conftest import assert_close
+from tests.helpers import tiny_pair
+from tests.test_exact import assert_dflash_equals_greedy, assert_rows_equal, fuzz_cases, rows_alone
+from tileinfer.errors import ConfigError
+from tileinfer.ops.backend import Ops
+from tileinfer.ops.gemm_configs import GemmConfig
+from tileinfer.ops.linear import Linear, linear, linear_add, norm_linear, quantize_linear
+from tileinfer.ops.skinny_gemm import skinny_gemm
+
+EPS = 1e-6
+
+
+def _inputs(device, m, n, k, seed, dtype=torch.bfloat16, quantized=False):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(m, k, generator=g) * 3).to(device, dtype)  # an un-normed residual stream
+    w = (torch.rand(k, generator=g) + 0.5).to(device, dtype)
+    lin = Linear(weight=(torch.randn(n, k, generator=g) / k**0.5).to(device, dtype))
+    return x, w, quantize_linear(lin) if quantized else lin
+
+
+def _unfused(x, w, lin, swiglu=False):
+    """rms_norm then the projection (then SwiGLU) in float64: the definition, without roundings."""
+    xd = x.double()
+    xn = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
+    y = xn @ lin.dequantized(torch.float64).T
+    if swiglu:
+        gate, up = y.chunk(2, dim=-1)
+        y = torch.nn.functional.silu(gate) * up
+    return y
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize("m", [1, 3, 16, 40])
+def test_norm_linear_equals_rms_norm_then_linear(device, m, swiglu, quantized):
+    x, w, lin = _inputs(device, m, 74, 130, seed=m, quantized=quantized)
+    y = norm_linear(x, w, EPS, lin, swiglu=swiglu)
+    ref = _unfused(x, w, lin, swiglu)
+    assert y.shape == ref.shape and y.dtype == x.dtype
+    # bf16 outputs, and SwiGLU's gate and up rounded to bf16 before their product: the unfused kernels'
+    # error (under the interpreter, whose bf16 casts truncate, ~1.7 % of the largest output with SwiGLU)
+    assert_close(y, ref, atol=(2.5e-2 if swiglu else 1.6e-2) * ref.abs().max().item(), rtol=0, what=f"norm_linear M={m} swiglu={swiglu}")
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+@pytest.mark.parametrize("m", [1, 5])
+def test_norm_statistics_add_up_over_split_k(device, m, split_k):
+    """Each K split sums the squares of its own slice; the last program adds them before the 1/RMS."""
+    x, w, lin = _inputs(device, m, 40, 320, seed=10 + split_k)
+    cfg = GemmConfig(block_n=16, block_k=64, split_k=split_k, num_warps=4, num_stages=2)
+    for swiglu in (False, True):
+        y = skinny_gemm(x, lin.weight, config=cfg, swiglu=swiglu, norm=w, eps=EPS)
+        ref = _unfused(x, w, lin, swiglu)
+        assert_close(y, ref, atol=2.5e-2 * ref.abs().max().item(), rtol=0, what=f"split_k={split_k} swiglu={swiglu}")
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("m", [1, 4, 16, 33])
+def test_linear_add_updates_the_residual_in_place(device, m, quantized):
+    x, _, lin = _inputs(device, m, 48, 96, seed=20 + m, quantized=quantized)
+    residual = torch.randn(m, 48, generator=torch.Generator().manual_seed(m)).to(device, torch.bfloat16)
+    expected = (linear(x, lin).float() + residual.float()).to(torch.bfloat16)  # the same product, added apart
+    out = linear_add(x, lin, residual)
+    assert out is residual
+    # one bf16 step at most: the interpreter rounds exact ties of the sum the other way (a GPU rounds as torch)
+    assert_close(out, expected, atol=0, rtol=2**-7, what=f"linear_add M={m}")
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_fused_rows_do_not_depend_on_m(device, quantized):
+    x, w, lin = _inputs(device, 16, 64, 200, seed=3, quantized=quantized)
+    for swiglu in (False, True):
+        alone = rows_alone(lambda r: norm_linear(r, w, EPS, lin, exact=True, swiglu=swiglu), x)
+        for m in (2, 9, 16):
+            assert_rows_equal(norm_linear(x[:m], w, EPS, lin, exact=True, swiglu=swiglu), alone[:m],
+                              f"norm_linear swiglu={swiglu} M={m}")
+    residual = torch.randn(16, 64, generator=torch.Generator().manual_seed(4)).to(device, torch.bfloat16)
+    alone = torch.cat([linear_add(x[i:i + 1], lin, residual[i:i + 1].clone(), exact=True) for i in range(16)])
+    assert_rows_equal(linear_add(x, lin, residual.clone(), exact=True), alone, "linear_add")
+
+
+def test_fuse_norms_setting():
+    assert Ops("torch", fuse_norms=True).fuse_norms and not Ops("torch", fuse_norms=False).fuse_norms
+
+
+def test_fuse_norms_environment(monkeypatch):
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    assert Ops("torch").fuse_norms
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "yes")
+    with pytest.raises(ConfigError, match="TILEINFER_FUSE_NORMS must be 1 or 0"):
+        Ops("torch")
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_fused_layers_match_unfused_logits(tmp_path, monkeypatch, backend):
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    ids = torch.randint(0, 150, (9,), generator=torch.Generator().manual_seed(1)).tolist()
+    logits = {}
+    for fuse in ("0", "1"):
+        monkeypatch.setenv("TILEINFER_FUSE_NORMS", fuse)
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend=backend)
+        assert engine.ops.fuse_norms == (fuse == "1")
+        logits[fuse] = engine.prompt_logits(ids)
+    scale = logits["0"].abs().max().item()
+    assert_close(logits["1"], logits["0"], atol=5e-2 * scale, rtol=0, what=f"{backend} fused vs unfused logits")
+
+
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_fused_layers_dflash_equals_greedy(tmp_path, monkeypatch, weights):
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    engine = tileinfer.load(target, draft=draft, weights=weights, backend="triton", exact=True)
+    assert engine.ops.fuse_norms
+    cases = list(fuzz_cases(31, 2 if engine.device.type == "cpu" else 30, 150, 24, 14, 16))
+    assert_dflash_equals_greedy(engine, cases, f"fused triton {weights}")
