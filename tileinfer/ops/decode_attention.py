@@ -236,6 +236,7 @@ def decode_attention(
     # 64: exact mode's split sizes are multiples of it.
     _check_inputs(q, k_cache, v_cache)
     tuned = section(q.device, "decode_attention")
+    warps_given = num_warps is not None
     num_warps = num_warps or tuned.get("num_warps", 4)
     num_stages = num_stages or tuned.get("num_stages", 3)
     if num_splits < 1:
@@ -257,6 +258,8 @@ def decode_attention(
             f"decode_attention takes at most 128 query rows per KV head (T × group), got {num_q_tokens} × {group}"
             f"{f' for a tile of {block_m}' if block_m < 128 else ''}; use prefill_attention for longer query blocks"
         )
+    if block_m >= 128 and not warps_given:
+        num_warps = max(num_warps, 8)  # a 128-row tile (Qwen3-14B's 16 × 5 rows) spills on 4 warps (sm_90)
     if scale is None:
         scale = head_dim**-0.5
     dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
