@@ -121,3 +121,34 @@ def test_fused_layers_dflash_equals_greedy(tmp_path, monkeypatch, weights):
     assert engine.ops.fuse_norms
     cases = list(fuzz_cases(31, 2 if engine.device.type == "cpu" else 30, 150, 24, 14, 16))
     assert_dflash_equals_greedy(engine, cases, f"fused triton {weights}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+@pytest.mark.parametrize("name,n,k", [("qkv", 6144, 2560), ("o", 2560, 4096), ("gate_up", 19456, 2560),
+                                      ("down", 2560, 9728)])
+def test_fused_qwen3_shapes(weights, name, n, k):
+    """Qwen3-4B's linears with their tuned configs (split-K on o and down), folded as the fused layer runs
+    them: against the definition, and rows independent of M in exact mode."""
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    lin = Linear(weight=(torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16())
+    if weights == "int8":
+        lin = quantize_linear(lin)
+    x = (torch.randn(16, k, generator=g, device="cuda") * 3).bfloat16()
+    if name in ("qkv", "gate_up"):
+        w = (torch.rand(k, generator=g, device="cuda") + 0.5).bfloat16()
+        swiglu = name == "gate_up"
+        ref = _unfused(x, w, lin, swiglu)
+        tol = 2.5e-2 if swiglu else 1.6e-2
+        for m in (1, 16):
+            assert_close(norm_linear(x[:m], w, EPS, lin, swiglu=swiglu), ref[:m], atol=tol * ref.abs().max().item(),
+                         rtol=0, what=f"{weights} {name} M={m}")
+        alone = rows_alone(lambda r: norm_linear(r, w, EPS, lin, exact=True, swiglu=swiglu), x)
+        assert_rows_equal(norm_linear(x, w, EPS, lin, exact=True, swiglu=swiglu), alone, f"{weights} {name}")
+    else:
+        residual = torch.randn(16, n, generator=g, device="cuda").bfloat16()
+        for exact in (False, True):
+            expected = (linear(x, lin, exact=exact).float() + residual.float()).bfloat16()
+            assert torch.equal(linear_add(x, lin, residual.clone(), exact=exact), expected), f"{weights} {name}"
+        alone = torch.cat([linear_add(x[i:i + 1], lin, residual[i:i + 1].clone(), exact=True) for i in range(16)])
+        assert_rows_equal(linear_add(x, lin, residual.clone(), exact=True), alone, f"{weights} {name} linear_add")
