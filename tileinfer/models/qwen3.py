@@ -63,8 +63,6 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
     if ops.fuse_norms and (residual if h is None else h).shape[0] <= SKINNY_MAX_M:
         return fused_decoder_layer(ops, config, layer, stream, positions, cos_sin, k_cache, v_cache, ctx, name)
     stream.clear()
-    if h is None:
-        h, residual = residual, None
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
         h = attention_block(ops, config, layer, x, positions, cos_sin, k_cache, v_cache, ctx)
@@ -83,8 +81,6 @@ def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream
     stream.clear()
     if residual is None:  # the first layer: the embedding rows are the residual stream
         residual = h
-    elif h is not None:
-        residual = residual.add_(h)
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         qkv = ops.norm_linear(residual, layer.input_layernorm, eps, layer.qkv_proj)
         out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
@@ -123,10 +119,12 @@ class Qwen3ForCausalLM:
         for i, layer in enumerate(self.layers):
             decoder_layer(ops, self.config, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"layer.{i}")
             for j, tapped in enumerate(tap_ids):  # a layer may be tapped more than once
-                if tapped == i and stream[0] is None:
-                    taps[:, j * hidden:(j + 1) * hidden].copy_(stream[1])
-                elif tapped == i:
-                    torch.add(*stream, out=taps[:, j * hidden:(j + 1) * hidden])
+                if tapped == i:
+                    tap = taps[:, j * hidden:(j + 1) * hidden]
+                    if stream[0] is None:  # the fused layer's stream holds h + residual already
+                        tap.copy_(stream[1])
+                    else:
+                        torch.add(*stream, out=tap)
         return tuple(stream)
 
     def final_norm(self, h, residual):

@@ -268,12 +268,11 @@ def _skinny_gemm_kernel(
     if done:
         if NORM:
             r = _rms_scale(ss, inv_k, eps)
-            if BLOCK_M == 1:
-                acc *= r
+            if BLOCK_M > 1:
+                r = r[None, :]
+            acc *= r
+            if SWIGLU:
                 up *= r
-            else:
-                acc *= r[None, :]
-                up *= r[None, :]
         if SWIGLU:
             acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
         out = acc.to(y_ptr.dtype.element_ty)
