@@ -146,7 +146,7 @@ class ActivationModel:
         _, o_n, o_k = s.linears()[1]
         attention = max(qkv + self._linear_scratch(s.qkv_rows, h, t) + rope,
                         qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
-                        qkv + qk + b(t, hq * d) + b(t, h) + self._linear_scratch(o_n, o_k, t))
+                        qkv + b(t, hq * d) + b(t, h) + self._linear_scratch(o_n, o_k, t))
         down = b(t, i) + b(t, h) + self._linear_scratch(h, i, t)
         if self.reference:
             act = b(t, 2 * i) + (3 if up else 2) * b(t, i, e=4)
