@@ -13,7 +13,9 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
                                                      # GPU's configs (entries not tuned are kept)
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
-A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue.
+A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue. With `--folds` it also
+times the layer's linears as `TILEINFER_FUSE_NORMS=1` runs them (the RMSNorm folded into qkv and gate_up,
+the residual add into o and down) beside the two launches they replace (RMSNorm kernel, then the GEMM).
 
 Writes DIR/gemm_h200.csv (one row per shape x M x variant, with GPU, versions, git revision, command)
 and prints a short table last.
@@ -41,6 +43,7 @@ from tileinfer.ops.gemm_configs import M_BUCKETS, GemmConfig  # noqa: E402
 from tileinfer.ops.linear import quantize_weight  # noqa: E402
 from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
 from tileinfer.ops.w8a16_gemm import w8a16_gemm_tiled  # noqa: E402
+from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
 from tileinfer.ops.swiglu import silu_mul_ref  # noqa: E402
 from tileinfer.shapes import QWEN3, QWEN3_4B, QWEN3_4B_DFLASH  # noqa: E402
 from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
@@ -158,6 +161,40 @@ class Shape:
             "torch_int8_ref": ([lambda q=q: F.linear(x, q[0].to(x.dtype)) * q[1] for q in self.q], self.bytes_int8),
         }
 
+    @property
+    def folds_norm(self) -> bool:
+        """qkv and gate_up follow an RMSNorm; o and down precede a residual add."""
+        return self.name.endswith(("qkv", "gate_up"))
+
+    def fold_variants(self, x: torch.Tensor, g: torch.Tensor, residual: torch.Tensor) -> dict:
+        """name -> (closures over the copies, bytes, fp32 reference of one call on fresh buffers): the folded
+        GEMM and what the unfolded engine runs instead. `residual` [M, N] is added to in place."""
+        eps = 1e-6
+        out = {}
+        for kind, weights in (("bf16", [(w, None) for w in self.w]), ("int8", self.q)):
+            nbytes = self.bytes_bf16 if kind == "bf16" else self.bytes_int8
+            wf = self.reference_weight(kind)
+            if self.folds_norm:
+                normed = rms_norm_ref(x, g, eps)[0].float()
+                ref = silu_mul_ref(normed @ wf.T) if self.swiglu else normed @ wf.T
+                out[f"ours_{kind}_norm"] = (
+                    [lambda w=w, s=sc: skinny_gemm(x, w, s, swiglu=self.swiglu, norm=g, eps=eps) for w, sc in weights],
+                    nbytes, ref)
+                out[f"ours_{kind}_rmsnorm_then_gemm"] = (
+                    [lambda w=w, s=sc: skinny_gemm(rms_norm(x, g, eps)[0], w, s, swiglu=self.swiglu)
+                     for w, sc in weights], nbytes, ref)
+            else:
+                ref = residual.float() + (x.float() @ wf.T).to(x.dtype).float()
+                out[f"ours_{kind}_residual"] = (
+                    [lambda w=w, s=sc: skinny_gemm(x, w, s, residual=residual) for w, sc in weights], nbytes, ref)
+        return out
+
+    def reference_weight(self, kind: str) -> torch.Tensor:
+        if kind == "bf16":
+            return self.w[0].float()
+        q, s = self.q[0]
+        return q.float() * s[:, None]
+
     def ours(self, x, w, scale=None, config=None):
         return skinny_gemm(x, w, scale, config=config, swiglu=self.swiglu)
 
@@ -233,6 +270,31 @@ def install_table(gpu: str, table: dict, out: Path | None) -> None:
     gemm_configs._lookup.cache_clear()
 
 
+def fold_rows(shapes: dict, device: str, gen: torch.Generator, meta: dict, log) -> list[dict]:
+    """The layer's linears with the RMSNorm or residual add folded in, checked then timed, at every M bucket."""
+    rows = []
+    for sh, m in itertools.product([shapes[name] for name in LAYER if name in shapes], M_BUCKETS):
+        x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(sh.k, device=device, generator=gen)).to(torch.bfloat16)
+        residual = torch.randn(m, sh.n, device=device, generator=gen).to(torch.bfloat16)
+        fresh = residual.clone()
+        for vname, (calls, nbytes, ref) in sh.fold_variants(x, g, residual).items():
+            residual.copy_(fresh)
+            err = rel_err(calls[0](), ref)
+            assert err < 2e-2, f"{vname} {sh.name} M={m}: rel err {err:.2e}"  # two bf16 roundings under SwiGLU
+            us = time_us(calls)
+            rows.append(dict(meta, shape=sh.name, n=sh.n, k=sh.k, m=m, variant=vname, us=round(us, 3),
+                             tb_s=round(nbytes / us / 1e6, 3), bytes=nbytes, config=""))
+    by = {(r["shape"], r["m"], r["variant"]): r["us"] for r in rows}
+    log(f"\nfolds (µs): {'shape':8s} {'M':>3s} | {'kind':4s} | {'folded':>8s} | {'norm + GEMM':>11s}")
+    for (name, m, vname), us in by.items():
+        if vname.endswith(("_norm", "_residual")):
+            kind = vname.split("_")[1]
+            two = by.get((name, m, f"ours_{kind}_rmsnorm_then_gemm"))
+            log(f"{'':12s} {name:8s} {m:3d} | {kind:4s} | {us:8.2f} | " + (f"{two:11.2f}" if two else f"{'-':>11s}"))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None)
@@ -243,6 +305,8 @@ def main() -> None:
     ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)), help="M buckets to tune")
     ap.add_argument("--kinds", default="bf16,int8", help="weight kinds to tune")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter check of this script)")
+    ap.add_argument("--folds", action="store_true",
+                    help="also time the RMSNorm / residual folds of TILEINFER_FUSE_NORMS=1 against the unfolded launches")
     args = ap.parse_args()
     ms = tuple(int(m) for m in args.ms.split(","))
     kinds = tuple(args.kinds.split(","))
@@ -318,6 +382,8 @@ def main() -> None:
             us = time_us(calls)
             rows.append(dict(meta, shape=sh.name, n=sh.n, k=sh.k, m=m, variant=vname, us=round(us, 3),
                              tb_s=round(nbytes / us / 1e6, 3), bytes=nbytes, config=""))
+    if args.folds:
+        rows += fold_rows(shapes, device, gen, meta, log)
     # One layer = the four linears, summed.
     for m, vname in itertools.product(M_BUCKETS, ("ours_bf16", "ours_int8", "cublas_bf16", "torch_int8_ref")):
         part = [r for r in rows if r["m"] == m and r["variant"] == vname and r["shape"] in LAYER]
