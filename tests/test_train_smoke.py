@@ -89,6 +89,9 @@ def test_pipeline_few_steps(tmp_path):
     assert hist[0]["loss"] > 0
     drafter.to(torch.bfloat16)
     dr.save_drafter(drafter, d_cfg, tmp_path / "pair" / "drafter")
+    resumed = dr.load_drafter_weights(dr.build_drafter(d_cfg), tmp_path / "pair" / "drafter")
+    for (name, a), b in zip(drafter.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a.float(), b), name
 
     loaded_t = Qwen3ForCausalLM.from_pretrained(tmp_path / "pair" / "target", dtype=torch.bfloat16)
     loaded_d = DFlashDraftModel.from_pretrained(tmp_path / "pair" / "drafter", dtype=torch.bfloat16)

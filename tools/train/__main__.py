@@ -140,6 +140,9 @@ def cmd_train(args):
     d_cfg = dr.drafter_config(t_cfg, mask_id, args.drafter_layers, args.block_size)
     torch.manual_seed(args.seed)
     drafter = dr.build_drafter(d_cfg)
+    if args.init_drafter:
+        dr.load_drafter_weights(drafter, args.init_drafter)
+        log(f"drafter initialised from {args.init_drafter}")
     t0 = time.perf_counter()
     hist_d = dr.train_drafter(drafter, target, data, args.drafter_seconds, args.drafter_batch_size,
                               args.anchors, args.drafter_lr, max_steps=args.drafter_steps, device=device, log=log)
@@ -206,6 +209,8 @@ def main(argv=None):
     t.add_argument("--device", default=None)
     t.add_argument("--tiny", action="store_true", help="tiny shapes for the CPU smoke test")
     t.add_argument("--init-target", default=None, help="start from this target directory")
+    t.add_argument("--init-drafter", default=None,
+                   help="continue from this drafter directory (same target, tokenizer and drafter shape)")
     t.add_argument("--max-positions", type=int, default=16384)
     t.add_argument("--target-seconds", type=float, default=235)
     t.add_argument("--target-steps", type=int, default=10**9)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config
 
 from dflash.model import DFlashDraftModel, build_target_layer_ids, dflash_generate, extract_context_feature
@@ -141,6 +141,13 @@ def save_drafter(drafter, config, out_dir):
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return sum(v.numel() for v in state.values())
+
+
+def load_drafter_weights(drafter, in_dir):
+    """Continue from a saved drafter (`save_drafter`'s file): every tensor must match, none may be left out."""
+    state = load_file(str(Path(in_dir) / "model.safetensors"))
+    drafter.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    return drafter
 
 
 def measure_acceptance(drafter, target, prompts, eos_id, max_new_tokens=128, check_greedy=True):
