@@ -12,13 +12,15 @@ in-run baseline. Launches per layer count the target's kernels inside its layers
 (an eager profiled run: the graphs replay the same launches). `--pdl off,on` measures everything with
 and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, as the kernels got it);
 `--fuse-norms off,on` without and with the RMSNorms and residual adds folded into the GEMMs
-(TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused).
+(TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused); `--prefetch-k 0,4` without and with each
+skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K).
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
 """
 
 import argparse
 import gc
+import itertools
 import math
 import os
 import sys
@@ -36,7 +38,7 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
-from tileinfer.ops import pdl  # noqa: E402
+from tileinfer.ops import gemm_configs, pdl  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -59,6 +61,7 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl="on" if pdl.enabled_for(device) else "off",
+                prefetch_k=gemm_configs.prefetch_k(),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"])
 
 
@@ -95,7 +98,7 @@ def measure_model(model, args, bandwidth, record, cublas=True):
             counts = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
             record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device)
-                   | {"fuse_norms": "off"})
+                   | {"fuse_norms": "off", "prefetch_k": 0})
         del engine
         gc.collect()
 
@@ -126,8 +129,15 @@ def main(argv=None):
     parser.add_argument("--no-cublas", action="store_true", help="leave out the cuBLAS-linears baseline")
     parser.add_argument("--pdl", default="off,on", help="off, on or off,on: Programmatic Dependent Launch")
     parser.add_argument("--fuse-norms", default="off", help="off, on or off,on: RMSNorms and residual adds in the GEMMs")
+    parser.add_argument("--prefetch-k", default="0",
+                        help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
+    try:
+        args.prefetch_k = [int(v) for v in args.prefetch_k.split(",")]
+        assert all(v >= 0 for v in args.prefetch_k)
+    except (ValueError, AssertionError):
+        parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
     args.pdl, args.fuse_norms = args.pdl.split(","), args.fuse_norms.split(",")
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
@@ -154,21 +164,24 @@ def main(argv=None):
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
-            for fuse in args.fuse_norms:
+            for fuse, blocks in itertools.product(args.fuse_norms, args.prefetch_k):
+                gemm_configs.set_prefetch_k(blocks)
                 with fuse_norms_env(fuse == "on"):  # read by the engines loaded inside
-                    measure_model(model, args, bandwidth, record, cublas=fuse == args.fuse_norms[0])
+                    first = (fuse, blocks) == (args.fuse_norms[0], args.prefetch_k[0])
+                    measure_model(model, args, bandwidth, record, cublas=first)
                 # written after each model, so a run cut short keeps what it measured
                 path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                print(f"{model}, PDL {setting}, fused norms {fuse}: done at {time.perf_counter() - tic:.0f} s",
-                      flush=True)
+                print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}: done at "
+                      f"{time.perf_counter() - tic:.0f} s", flush=True)
+    gemm_configs.set_prefetch_k(0)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4}")
+          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4}")
+              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3}")
     return rows
 
 

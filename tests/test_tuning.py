@@ -1,5 +1,6 @@
 """Per-GPU tuning data: one file per GPU, one section per kernel, defaults in code for anything missing."""
 
+import dataclasses
 import json
 
 import pytest
@@ -53,3 +54,17 @@ def test_write_section_replaces_one_kernel(tmp_path, monkeypatch):
                                                                         "nvidia_geforce_rtx_4080_super")])
 def test_file_names(gpu, slug):
     assert tuning.gpu_slug(gpu) == slug
+
+
+def test_prefetch_applies_to_configs_that_set_none_and_rejects_negatives():
+    from tileinfer.ops import gemm_configs
+    tuned = gemm_configs.get_config(6144, 2560, 16, "bf16")
+    assert tuned.prefetch_k == 0
+    try:
+        gemm_configs.set_prefetch_k(4)
+        assert gemm_configs.get_config(6144, 2560, 16, "bf16") == dataclasses.replace(tuned, prefetch_k=4)
+        with pytest.raises(ValueError, match="prefetch blocks"):
+            gemm_configs.set_prefetch_k(-1)
+    finally:
+        gemm_configs.set_prefetch_k(0)
+    assert gemm_configs.get_config(6144, 2560, 16, "bf16") == tuned

@@ -6,7 +6,8 @@ num_warps, num_stages, fast_i8}}}}), else a heuristic. `bench/gemm_bench.py --tu
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -15,6 +16,7 @@ from tileinfer.ops.tuning import gpu_configs
 
 M_BUCKETS = (1, 4, 16)
 NUM_SMS_GUESS = 132  # H200; only used by the heuristic when no device is visible
+_prefetch_k = int(os.environ.get("TILEINFER_PREFETCH_K", "0"))
 
 
 @dataclass(frozen=True)
@@ -25,9 +27,23 @@ class GemmConfig:
     num_warps: int = 4
     num_stages: int = 4
     fast_i8: bool = True  # int8 -> float by integer ops instead of cvt (skinny_gemm._int8_to_f32)
+    prefetch_k: int = 0   # leading K blocks of each program's weights asked of L2 before PDL's wait
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def set_prefetch_k(blocks: int) -> None:
+    """L2 prefetch of each program's first `blocks` weight K-blocks for every config that sets none
+    (0: as tuned); engines loaded from now on capture their graphs with it. TILEINFER_PREFETCH_K sets it too."""
+    global _prefetch_k
+    if blocks < 0:
+        raise ValueError(f"prefetch blocks must be >= 0, got {blocks}")
+    _prefetch_k = blocks
+
+
+def prefetch_k() -> int:
+    return _prefetch_k
 
 
 def m_bucket(m: int) -> int:
@@ -62,7 +78,8 @@ def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = 
         name, num_sms = _device_info(device.index if device.index is not None else torch.cuda.current_device())
     else:
         name, num_sms = "cpu", NUM_SMS_GUESS
-    return _lookup(name, num_sms, n, k, m_bucket(m), kind)
+    cfg = _lookup(name, num_sms, n, k, m_bucket(m), kind)
+    return replace(cfg, prefetch_k=_prefetch_k) if _prefetch_k and not cfg.prefetch_k else cfg
 
 
 @lru_cache(maxsize=4096)

@@ -71,11 +71,24 @@ def _weight_to(w, dtype: tl.constexpr, FAST_I8: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, LINES: tl.constexpr,
+                 BLOCKS: tl.constexpr):
+    """Ask L2 for the first BLOCKS K-blocks of this program's weight rows, one prefetch per 128-byte line
+    (LINES per row and block), before the grid-dependency wait: they stream from HBM while the kernel
+    before still runs, and the main loop finds them in L2. Lines past the matrix ask for w_ptr instead."""
+    for b in tl.static_range(BLOCKS):
+        offs = k_start + b * BLOCK_K + tl.arange(0, LINES) * (BLOCK_K // LINES)
+        ptrs = tl.where(w_mask & (offs < k_end)[None, :], w_rows + offs[None, :], w_ptr)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _rows_acc(
     x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
-    NORM: tl.constexpr,
+    NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -88,6 +101,10 @@ def _rows_acc(
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
+    if PREFETCH > 0:
+        _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
+        if TWO:
+            _prefetch_l2(w_ptr, w_rows2, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
     if BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -208,6 +225,7 @@ def _skinny_gemm_kernel(
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH: tl.constexpr, LINES: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -231,7 +249,7 @@ def _skinny_gemm_kernel(
     k_end = tl.minimum(k_start + k_per_split, K)
     acc, up, ss = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
                             stride_wn, half, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8,
-                            SWIGLU, PDL, NORM)
+                            SWIGLU, PDL, NORM, PREFETCH, LINES)
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
@@ -334,6 +352,8 @@ def skinny_gemm(
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm is not None, RESIDUAL=residual is not None,
+            PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
+            LINES=max(1, block_k * w.element_size() // 128),
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
