@@ -12,7 +12,7 @@ from tests.test_exact import assert_dflash_equals_greedy, assert_rows_equal, fuz
 from tileinfer.errors import ConfigError
 from tileinfer.ops.backend import Ops
 from tileinfer.ops.gemm_configs import GemmConfig
-from tileinfer.ops.linear import Linear, linear, linear_add, norm_linear, quantize_linear
+from tileinfer.ops.linear import Linear, fold_norm_weight, linear, linear_add, norm_linear, quantize_linear
 from tileinfer.ops.skinny_gemm import skinny_gemm
 
 EPS = 1e-6
@@ -129,22 +129,28 @@ def test_fused_layers_dflash_equals_greedy(tmp_path, monkeypatch, weights):
                                       ("down", 2560, 9728)])
 def test_fused_qwen3_shapes(weights, name, n, k):
     """Qwen3-4B's linears with their tuned configs (split-K on o and down), folded as the fused layer runs
-    them: against the definition, and rows independent of M in exact mode."""
+    them (the norm's weight applied in the loop, or carried by W): against the definition, and rows
+    independent of M in exact mode."""
     g = torch.Generator(device="cuda").manual_seed(n + k)
-    lin = Linear(weight=(torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16())
-    if weights == "int8":
-        lin = quantize_linear(lin)
+    base = Linear(weight=(torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16())
+    lin = quantize_linear(base) if weights == "int8" else base
     x = (torch.randn(16, k, generator=g, device="cuda") * 3).bfloat16()
     if name in ("qkv", "gate_up"):
         w = (torch.rand(k, generator=g, device="cuda") + 0.5).bfloat16()
+        folded = fold_norm_weight(base, w)
+        folded = quantize_linear(folded) if weights == "int8" else folded
+        ones = torch.ones_like(w)
         swiglu = name == "gate_up"
         ref = _unfused(x, w, lin, swiglu)
         tol = 2.5e-2 if swiglu else 1.6e-2
-        for m in (1, 16):
-            assert_close(norm_linear(x[:m], w, EPS, lin, swiglu=swiglu), ref[:m], atol=tol * ref.abs().max().item(),
-                         rtol=0, what=f"{weights} {name} M={m}")
-        alone = rows_alone(lambda r: norm_linear(r, w, EPS, lin, exact=True, swiglu=swiglu), x)
-        assert_rows_equal(norm_linear(x, w, EPS, lin, exact=True, swiglu=swiglu), alone, f"{weights} {name}")
+        for norm, weight, fold in ((w, lin, False), (ones, folded, True)):
+            for m in (1, 16):
+                assert_close(norm_linear(x[:m], norm, EPS, weight, swiglu=swiglu, folded=fold), ref[:m],
+                             atol=(tol + 0.5e-2 * fold) * ref.abs().max().item(), rtol=0,
+                             what=f"{weights} {name} M={m} folded={fold}")
+            alone = rows_alone(lambda r: norm_linear(r, norm, EPS, weight, exact=True, swiglu=swiglu, folded=fold), x)
+            assert_rows_equal(norm_linear(x, norm, EPS, weight, exact=True, swiglu=swiglu, folded=fold), alone,
+                              f"{weights} {name} folded={fold}")
     else:
         residual = torch.randn(16, n, generator=g, device="cuda").bfloat16()
         for exact in (False, True):
@@ -152,3 +158,44 @@ def test_fused_qwen3_shapes(weights, name, n, k):
             assert torch.equal(linear_add(x, lin, residual.clone(), exact=exact), expected), f"{weights} {name}"
         alone = torch.cat([linear_add(x[i:i + 1], lin, residual[i:i + 1].clone(), exact=True) for i in range(16)])
         assert_rows_equal(linear_add(x, lin, residual.clone(), exact=True), alone, f"{weights} {name} linear_add")
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize("m", [1, 16, 40])
+def test_folded_norm_weight_equals_rms_norm_then_linear(device, m, swiglu, quantized):
+    """The norm's weight carried by W's columns: x reaches the tensor cores as it is, only 1/RMS is applied."""
+    x, w, lin = _inputs(device, m, 74, 130, seed=50 + m)
+    folded = fold_norm_weight(lin, w)
+    if quantized:
+        lin, folded = quantize_linear(lin), quantize_linear(folded)
+    ones = torch.ones_like(w)
+    y = norm_linear(x, ones, EPS, folded, swiglu=swiglu, folded=True)
+    ref = _unfused(x, w, lin, swiglu)
+    assert_close(y, ref, atol=(3e-2 if swiglu else 2e-2) * ref.abs().max().item(), rtol=0,
+                 what=f"folded norm_linear M={m} swiglu={swiglu}")
+    alone = rows_alone(lambda r: norm_linear(r, ones, EPS, folded, exact=True, swiglu=swiglu, folded=True), x[:16])
+    assert_rows_equal(norm_linear(x[:16], ones, EPS, folded, exact=True, swiglu=swiglu, folded=True), alone,
+                      f"folded rows M={min(m, 16)}")
+
+
+def test_fold_rejects_what_it_cannot_fold():
+    x, w, lin = _inputs("cpu", 1, 8, 16, seed=0)
+    with pytest.raises(ValueError, match="before quantizing"):
+        fold_norm_weight(quantize_linear(lin), w)
+    with pytest.raises(ValueError, match="does not match 16 input features"):
+        fold_norm_weight(lin, w[:8])
+
+
+def test_fused_engine_folds_the_norms_the_drafter_keeps_its_input_norm(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton")
+    for layer in engine.target.layers:
+        assert layer.input_norm_folded and layer.post_norm_folded
+        assert torch.equal(layer.input_layernorm, torch.ones_like(layer.input_layernorm))
+    for layer in engine.drafter.layers:  # its K/V rows of qkv also project the context, under another norm
+        assert not layer.input_norm_folded and layer.post_norm_folded
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "0")
+    plain = tileinfer.load(target, draft=draft, weights="bf16", backend="triton")
+    assert not any(layer.input_norm_folded or layer.post_norm_folded for layer in plain.target.layers)

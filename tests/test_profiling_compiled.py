@@ -76,6 +76,13 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     int8_m1 = opcodes[(opcodes["kind"] == "int8") & (opcodes["m"] == 1) & (opcodes["kernel"] == "_skinny_gemm_kernel")
                       & (opcodes["where"] == "kernel")]
     assert not int8_m1[int8_m1["opcode"].isin(["I2F", "I2FP"])]["count"].sum(), "int8 -> float by cvt at M = 1"
+    # A norm weight applied in the loop makes each x tile a register round trip into shared memory, fenced
+    # before wgmma reads it; folded into W, the tiles go to the tensor cores as they were loaded
+    loop = opcodes[(opcodes["where"] == "main loop") & (opcodes["kind"] == "bf16") & (opcodes["m"] == 16)
+                   & (opcodes["kernel"] == "_skinny_gemm_kernel")]
+    writes = loop[loop["opcode"].isin(["STS", "MEMBAR", "FENCE"])].groupby("op")["count"].sum()
+    assert writes.get("linear qkv + norm", 0) > 0
+    assert all(writes.get(f"linear {name} + folded norm", 0) == 0 for name in ("qkv", "gate_up")), writes
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from tileinfer.config import DFlashConfig, Qwen3Config, read_json
 from tileinfer.engine import DEFAULT_PREFILL_CHUNK, Engine
 from tileinfer.errors import ConfigError
 from tileinfer.models.dflash import build_drafter
+from tileinfer.models.qwen3 import fold_layer_norms
 from tileinfer.models.qwen3_checkpoint import build_quantized_qwen3, build_qwen3
 from tileinfer.ops.backend import Ops
 
@@ -88,6 +89,11 @@ def load(model=None, draft=None, weights: str = "bf16", device=None, backend: st
     else:
         target = build_qwen3(config, tensors, dtype, ops, str(path))
     drafter = build_drafter(draft_config, draft_tensors, dtype, target, ops, str(draft_path)) if draft_config else None
+    if ops.folds_norm_weights:  # before quantizing, so that INT8 weights carry the norms too
+        for layer in target.layers:
+            fold_layer_norms(layer)
+        for layer in drafter.layers if drafter is not None else ():
+            fold_layer_norms(layer, input_norm=False)
     if weights == "int8":
         from tileinfer.quant import quantize_int8
         quantize_int8(target)

@@ -64,7 +64,10 @@ class Case:
     config: str = ""  # a skinny GEMM's GemmConfig as JSON; "" for the tuned one
 
 
-FUSED = {"qkv": "norm", "o": "residual", "gate_up": "norm", "down": "residual"}
+# Ops.fuse_norms: the norms and adds folded in; "folded norm": the norm's weight carried by W (loading
+# folds it into float projections), "norm": applied in the loop (the drafter's qkv, INT8 checkpoints)
+FUSED = {"qkv": ("norm", "folded norm"), "o": ("residual",), "gate_up": ("norm", "folded norm"),
+         "down": ("residual",)}
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
@@ -76,8 +79,8 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
         "lm_head": (s.vocab, h), "drafter fc": (h, draft_taps * h)}
     out = [Case(f"linear {name}", f"{n}x{k}", m, kind)
            for name, (n, k) in linears.items() for m in (1, 4, 16) for kind in ("bf16", "int8")]
-    out += [Case(f"linear {name} + {fused}", f"{n}x{k}", m, kind)  # Ops.fuse_norms: the norms and adds folded in
-            for name, fused in FUSED.items() for m in (1, 16) for kind in ("bf16", "int8")
+    out += [Case(f"linear {name} + {fused}", f"{n}x{k}", m, kind)
+            for name, kinds in FUSED.items() for fused in kinds for m in (1, 16) for kind in ("bf16", "int8")
             for n, k in [linears[name]]]
     out += [Case(f"linear {name} prefill", f"{n}x{k}", chunk, "int8")
             for name, (n, k) in linears.items() if name not in ("lm_head", "drafter fc")]
@@ -325,7 +328,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         name = case.op.split()[1]
         norm = torch.empty(k, dtype=bf16) if case.op.endswith("+ norm") else None
         residual = torch.empty(t, n, dtype=bf16) if case.op.endswith("+ residual") else None
-        skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual)
+        skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual,
+                                unit_norm=case.op.endswith("+ folded norm"))
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
         h = shape.hidden

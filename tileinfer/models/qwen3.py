@@ -13,7 +13,7 @@ from tileinfer import tracing
 from tileinfer.config import Qwen3Config
 from tileinfer.kv_cache import KVCache
 from tileinfer.ops.backend import AttentionContext, Ops
-from tileinfer.ops.linear import SKINNY_MAX_M, Linear
+from tileinfer.ops.linear import SKINNY_MAX_M, Linear, fold_norm_weight
 from tileinfer.ops.rope import rope_cos_sin
 
 
@@ -27,6 +27,9 @@ class Qwen3Layer:
     post_attention_layernorm: torch.Tensor
     gate_up_proj: Linear
     down_proj: Linear
+    # RMSNorm weights folded into the projection after them (`fold_layer_norms`); the norm is then all ones
+    input_norm_folded: bool = False
+    post_norm_folded: bool = False
 
 
 def self_attention(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, qkv, positions, cos_sin,
@@ -82,13 +85,28 @@ def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream
     if residual is None:  # the first layer: the embedding rows are the residual stream
         residual = h
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
-        qkv = ops.norm_linear(residual, layer.input_layernorm, eps, layer.qkv_proj)
+        qkv = ops.norm_linear(residual, layer.input_layernorm, eps, layer.qkv_proj, folded=layer.input_norm_folded)
         out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
         ops.linear_add(out, layer.o_proj, residual)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
-        act = ops.norm_linear(residual, layer.post_attention_layernorm, eps, layer.gate_up_proj, swiglu=True)
+        act = ops.norm_linear(residual, layer.post_attention_layernorm, eps, layer.gate_up_proj, swiglu=True,
+                              folded=layer.post_norm_folded)
         ops.linear_add(act, layer.down_proj, residual)
     stream[:] = (None, residual)
+
+
+def fold_layer_norms(layer: Qwen3Layer, input_norm: bool = True) -> None:
+    """Fold the layer's RMSNorm weights into the float projections after them (qkv, gate_up) and make the
+    norms all ones: the folded GEMM then feeds its x tiles to the tensor cores untouched (`unit_norm`).
+    `input_norm=False` leaves qkv alone (the DFlash drafter's K/V rows also project the context)."""
+    if input_norm and not layer.input_norm_folded and not layer.qkv_proj.is_quantized:
+        layer.qkv_proj = fold_norm_weight(layer.qkv_proj, layer.input_layernorm)
+        layer.input_layernorm = torch.ones_like(layer.input_layernorm)
+        layer.input_norm_folded = True
+    if not layer.post_norm_folded and not layer.gate_up_proj.is_quantized:
+        layer.gate_up_proj = fold_norm_weight(layer.gate_up_proj, layer.post_attention_layernorm)
+        layer.post_attention_layernorm = torch.ones_like(layer.post_attention_layernorm)
+        layer.post_norm_folded = True
 
 
 def final_rms_norm(ops: Ops, h, residual, weight, eps):

@@ -77,10 +77,17 @@ class Ops:
             return self.silu_mul(self.linear(x, gate_up))
         return self._linear_swiglu[self.exact](x, gate_up)
 
-    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False):
-        """linear(rms_norm(x)) (linear_swiglu with `swiglu`): one launch where our skinny GEMM runs."""
+    @property
+    def folds_norm_weights(self) -> bool:
+        """Whether loading folds RMSNorm weights into the float projections after them: fused layers run
+        on our skinny GEMM, whose tensor-core path then takes x as it is."""
+        return self.fuse_norms and self._fused_gemms
+
+    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False, folded: bool = False):
+        """linear(rms_norm(x)) (linear_swiglu with `swiglu`): one launch where our skinny GEMM runs.
+        `folded`: lin carries the norm's weight and `norm` is all ones (`fold_layer_norms`)."""
         if self._fused_gemms:
-            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu)
+            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu, folded)
         normed = self.rms_norm(x, norm, eps)[0]
         return self.linear_swiglu(normed, lin) if swiglu else self.linear(normed, lin)
 

@@ -14,7 +14,7 @@ layer needs no norm launch of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -187,10 +187,21 @@ def _skinny_ok(x2: torch.Tensor, lin: Linear) -> bool:
     return 1 <= x2.shape[0] <= SKINNY_MAX_M and x2.device == lin.device
 
 
+def fold_norm_weight(lin: Linear, norm: torch.Tensor) -> Linear:
+    """The float projection with the RMSNorm weight before it folded into its columns: W·diag(norm), so that
+    rms_norm(x, norm) @ W.T = rms_norm(x, 1) @ (W·diag(norm)).T (one rounding of the product in W's dtype)."""
+    if lin.is_quantized:
+        raise ValueError("fold_norm_weight takes a float projection; fold before quantizing")
+    if norm.shape != (lin.in_features,):
+        raise ValueError(f"norm weight {tuple(norm.shape)} does not match {lin.in_features} input features")
+    return replace(lin, weight=(lin.weight.float() * norm.float()).to(lin.weight.dtype))
+
+
 def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, exact: bool = False,
-                swiglu: bool = False) -> torch.Tensor:
+                swiglu: bool = False, folded: bool = False) -> torch.Tensor:
     """linear (or linear_swiglu) of rms_norm(x, norm, eps): at M <= 16 one skinny launch that applies the
-    norm on the way in (no normed x written); else the two calls."""
+    norm on the way in (no normed x written); else the two calls. `folded`: `lin` carries the norm's
+    weight (`fold_norm_weight`) and `norm` is all ones."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     if not _skinny_ok(x2, lin):
@@ -198,7 +209,7 @@ def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, ex
         y = linear_swiglu(normed, lin, exact) if swiglu else linear(normed, lin, exact)
     else:
         y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
-                        swiglu=swiglu, norm=norm, eps=eps)
+                        swiglu=swiglu, norm=None if folded else norm, eps=eps, unit_norm=folded)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 

@@ -93,7 +93,7 @@ def _rows_acc(
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
     rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second. NORM: x[m, k]
-    is taken times g[k] and the third result is Σ_k x[m, k]² over the same range (a scalar for the GEMV,
+    is taken times g[k] (NORM == 1; 2: g is in W already) and the third result is Σ_k x[m, k]² over the same range (a scalar for the GEMV,
     [BLOCK_M] else): the RMSNorm's statistics gathered from the tiles the product loads anyway.
 
     The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
@@ -127,7 +127,8 @@ def _rows_acc(
             xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
             if NORM:
                 sq += xk * xk
-                xk = xk * tl.load(g_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
+                if NORM == 1:
+                    xk = xk * tl.load(g_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
             xk = xk[None, :]
             if TWO:
                 acc2 += _weight_to(w2, tl.float32, FAST_I8) * xk
@@ -158,8 +159,9 @@ def _rows_acc(
             if NORM:
                 xf = xt.to(tl.float32)
                 ss += tl.sum(xf * xf, axis=0)
-                g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
-                xt = (xf * g[:, None]).to(x_ptr.dtype.element_ty)
+                if NORM == 1:
+                    g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+                    xt = (xf * g[:, None]).to(x_ptr.dtype.element_ty)
             w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
             if TWO:
                 w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
@@ -234,8 +236,8 @@ def _skinny_gemm_kernel(
     gate_up [2 * half, K]; program n computes gate rows n and up rows half + n and y = silu(gate) * up
     [M, half] (the gate_up never leaves the kernel).
 
-    NORM: x is RMSNorm'ed with weight g on the way in, y = rmsnorm(x) @ W.T: the products take x·g and
-    the row's 1/RMS multiplies the sums (with splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles,
+    NORM (1, or 2 for a unit weight already folded into W): x is RMSNorm'ed with weight g on the way in,
+    y = rmsnorm(x) @ W.T: the products take x·g (x with 2) and the row's 1/RMS multiplies the sums (with splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles,
     BLOCK_M] and the last program adds them in split order). RESIDUAL: y holds the residual stream and
     becomes y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it).
     """
@@ -307,7 +309,7 @@ def _pow2_at_least(v: int, lo: int = 16) -> int:
 def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
-    residual: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None, unit_norm: bool = False,
 ) -> torch.Tensor:
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
@@ -317,6 +319,8 @@ def skinny_gemm(
     launch and no gate_up written. `norm` [K]: y = rms_norm(x, norm, eps) @ W.T without a normed x written
     (the 1/RMS is applied to the sums, so bits differ from the two-launch path by rounding). `residual`
     [M, N]: residual += x @ W.T in place (the product rounded to x.dtype first), and residual is returned.
+    `unit_norm`: y = rms_norm(x, 1, eps) @ W.T, for a W whose columns already carry the norm's weight
+    (`linear.fold_norm_weight`): the x tiles go to the tensor cores untouched, only their squares are summed.
     """
     m, k = x.shape
     n = w.shape[0]
@@ -325,6 +329,8 @@ def skinny_gemm(
     assert (w.dtype == torch.int8) == (scale is not None), "int8 weights need a scale, float weights none"
     assert not swiglu or n % 2 == 0, f"a fused gate_up has an even number of rows, got {n}"
     assert norm is None or (norm.shape == (k,) and norm.is_contiguous()), "norm takes a contiguous weight [K]"
+    assert not (unit_norm and norm is not None), "unit_norm means the norm's weight is in W: pass no `norm`"
+    norm_mode = 1 if norm is not None else 2 if unit_norm else 0
     if residual is not None:
         assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
         assert residual.shape == (m, n) and residual.dtype == x.dtype and residual.stride(1) == 1, \
@@ -344,19 +350,19 @@ def skinny_gemm(
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
         counters = arrival_counters(x.device, tiles) if split_k > 1 else part
         sums = (torch.empty(split_k, tiles, block_m, device=x.device, dtype=torch.float32)
-                if norm is not None and split_k > 1 else part)
+                if norm_mode and split_k > 1 else part)
         _skinny_gemm_kernel[(tiles, split_k)](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
             m, n, k, k_per_split, half, 1.0 / k, eps,
             x.stride(0), w.stride(0), y.stride(0),
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
-            SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm is not None, RESIDUAL=residual is not None,
+            SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128),
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
-    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm is not None, residual is not None)
+    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return y
