@@ -13,6 +13,9 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
                                                      # GPU's configs (entries not tuned are kept)
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
+Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each winner again with its
+first 2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait.
+
 A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue. With `--folds` it also
 times the layer's linears as `TILEINFER_FUSE_NORMS=1` runs them (the RMSNorm folded into qkv and gate_up,
 the residual add into o and down) beside the two launches they replace (RMSNorm kernel, then the GEMM).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import itertools
 import json
 import statistics
@@ -220,8 +224,13 @@ def candidates(path: str, kind: str, n: int, k: int, num_sms: int):
                              fast_i8=fast[0] if fast else True)
 
 
-def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("bf16", "int8")) -> dict:
-    """Best config per shape x M bucket x weight kind, timed in graphs; returns the JSON table for this GPU."""
+PREFETCHES = (2, 4, 8)  # tried on each winner: weight K-blocks asked of L2 before PDL's wait
+
+
+def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("bf16", "int8"),
+         trials: list | None = None) -> dict:
+    """Best config per shape x M bucket x weight kind, timed in graphs; returns the JSON table for this GPU.
+    Every candidate's time is appended to `trials` (shape, m, kind, config, µs, TB/s)."""
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     table: dict = {}
     t0 = time.time()
@@ -233,26 +242,39 @@ def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("
         x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
         ref = sh.reference(x, kind, fused=True)
         path = "gemv" if m == 1 else "dot"
-        best = None
-        for cfg in candidates(path, kind, sh.n, sh.k, num_sms):
+        nbytes = sh.bytes_bf16 if kind == "bf16" else sh.bytes_int8
+        copies = sh.w if kind == "bf16" else sh.q
+
+        def trial(cfg):
             run = (lambda w, c=cfg: sh.ours(x, w, config=c)) if kind == "bf16" else \
                   (lambda q, c=cfg: sh.ours(x, *q, config=c))
-            copies = sh.w if kind == "bf16" else sh.q
             try:
                 err = rel_err(run(copies[0]), ref)
             except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
                 log(f"tune: {name} m{m} {kind} {cfg} failed: {type(e).__name__}: {str(e)[:120]}")
-                continue
+                return None
             if not err < 1e-2:
                 log(f"tune: {name} m{m} {kind} {cfg} WRONG (rel err {err:.2e}); skipped")
-                continue
+                return None
             us = time_us([lambda c=c: run(c) for c in copies], trials=3)
-            if best is None or us < best[0]:
+            if trials is not None:
+                trials.append(dict(shape=name, n=sh.n, k=sh.k, m=m, kind=kind, config=json.dumps(cfg.as_dict()),
+                                   us=round(us, 3), tb_s=round(nbytes / us / 1e6, 3)))
+            return us
+
+        best = None
+        for cfg in candidates(path, kind, sh.n, sh.k, num_sms):
+            us = trial(cfg)
+            if us is not None and (best is None or us < best[0]):
                 best = (us, cfg)
         if best is None:
             continue
+        for blocks in PREFETCHES if device == "cuda" else ():
+            cfg = dataclasses.replace(best[1], prefetch_k=blocks)
+            us = trial(cfg)
+            if us is not None and us < best[0]:
+                best = (us, cfg)
         us, cfg = best
-        nbytes = sh.bytes_bf16 if kind == "bf16" else sh.bytes_int8
         log(f"tune: {name:8s} m{m:<2d} {kind}: {us:7.2f} µs {nbytes / us / 1e6:5.2f} TB/s  {cfg}  "
             f"[{time.time() - t0:.0f} s]")
         table.setdefault(f"{sh.n}x{sh.k}", {}).setdefault(f"m{m}", {})[kind] = cfg.as_dict()
@@ -341,7 +363,13 @@ def main() -> None:
     log(f"weights ready in {time.time() - t_setup:.1f} s: " + ", ".join(f"{s.name} x{len(s.w)}" for s in shapes.values()))
 
     if args.tune or args.tune_only:
-        table = tune(shapes, device, args.tune_budget_s, log, ms, kinds)
+        trials = []
+        table = tune(shapes, device, args.tune_budget_s, log, ms, kinds, trials)
+        if args.out and trials:
+            with open(args.out / "gemm_tune_trials.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(meta) + list(trials[0]))
+                w.writeheader()
+                w.writerows({**meta, **t} for t in trials)
         if cuda:
             install_table(gpu, table, args.out)
         log(f"tuned configs for {gpu} written ({sum(len(v) for v in table.values())} shape x M entries)")
