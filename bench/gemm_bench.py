@@ -18,7 +18,8 @@ first 2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait.
 
 A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue. With `--folds` it also
 times the layer's linears as `TILEINFER_FUSE_NORMS=1` runs them (the RMSNorm folded into qkv and gate_up,
-the residual add into o and down) beside the two launches they replace (RMSNorm kernel, then the GEMM).
+its weight applied in the loop or carried by W; the residual add into o and down) beside the two launches
+they replace (RMSNorm kernel, then the GEMM).
 
 Writes DIR/gemm_h200.csv (one row per shape x M x variant, with GPU, versions, git revision, command)
 and prints a short table last.
@@ -44,7 +45,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from tileinfer.ops import gemm_configs, tuning  # noqa: E402  (imports Triton itself, interpreted without a GPU)
 from tileinfer.ops.gemm_configs import M_BUCKETS, GemmConfig  # noqa: E402
-from tileinfer.ops.linear import quantize_weight  # noqa: E402
+from tileinfer.ops.linear import Linear, fold_norm_weight, quantize_weight  # noqa: E402
 from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
 from tileinfer.ops.w8a16_gemm import w8a16_gemm_tiled  # noqa: E402
 from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402
@@ -186,6 +187,14 @@ class Shape:
                 out[f"ours_{kind}_norm"] = (
                     [lambda w=w, s=sc: skinny_gemm(x, w, s, swiglu=self.swiglu, norm=g, eps=eps) for w, sc in weights],
                     nbytes, ref)
+                folded = [fold_norm_weight(Linear(weight=w), g).weight for w in self.w]
+                if kind == "int8":
+                    folded = [quantize_weight(w) for w in folded]
+                else:
+                    folded = [(w, None) for w in folded]
+                out[f"ours_{kind}_folded_norm"] = (
+                    [lambda w=w, s=sc: skinny_gemm(x, w, s, swiglu=self.swiglu, unit_norm=True, eps=eps)
+                     for w, sc in folded], nbytes, ref)
                 out[f"ours_{kind}_rmsnorm_then_gemm"] = (
                     [lambda w=w, s=sc: skinny_gemm(rms_norm(x, g, eps)[0], w, s, swiglu=self.swiglu)
                      for w, sc in weights], nbytes, ref)
@@ -310,12 +319,14 @@ def fold_rows(shapes: dict, device: str, gen: torch.Generator, meta: dict, log) 
             rows.append(dict(meta, shape=sh.name, n=sh.n, k=sh.k, m=m, variant=vname, us=round(us, 3),
                              tb_s=round(nbytes / us / 1e6, 3), bytes=nbytes, config=""))
     by = {(r["shape"], r["m"], r["variant"]): r["us"] for r in rows}
-    log(f"\nfolds (µs): {'shape':8s} {'M':>3s} | {'kind':4s} | {'folded':>8s} | {'norm + GEMM':>11s}")
+    log(f"\nfolds (µs): {'shape':8s} {'M':>3s} | {'kind':4s} | {'in loop':>8s} | {'in W':>8s} | {'norm + GEMM':>11s}")
     for (name, m, vname), us in by.items():
-        if vname.endswith(("_norm", "_residual")):
+        if vname.endswith(("_norm", "_residual")) and "folded" not in vname:
             kind = vname.split("_")[1]
             two = by.get((name, m, f"ours_{kind}_rmsnorm_then_gemm"))
-            log(f"{'':12s} {name:8s} {m:3d} | {kind:4s} | {us:8.2f} | " + (f"{two:11.2f}" if two else f"{'-':>11s}"))
+            in_w = by.get((name, m, f"ours_{kind}_folded_norm"))
+            log(f"{'':12s} {name:8s} {m:3d} | {kind:4s} | {us:8.2f} | " + (f"{in_w:8.2f}" if in_w else f"{'-':>8s}")
+                + " | " + (f"{two:11.2f}" if two else f"{'-':>11s}"))
     return rows
 
 
