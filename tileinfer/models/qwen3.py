@@ -78,21 +78,32 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
 def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list, positions, cos_sin,
                         k_cache, v_cache, ctx: AttentionContext, name: str):
     """`decoder_layer` in four GEMM launches around the attention: each RMSNorm folded into the projection
-    after it, each residual add into the projection before it; the stream leaves as [None, h + residual]."""
+    after it (where loading folded its weight into that projection, `fold_layer_norms`), each residual add
+    into the projection before it; the stream leaves as [None, h + residual]."""
     eps = config.rms_norm_eps
     h, residual = stream
     stream.clear()
     if residual is None:  # the first layer: the embedding rows are the residual stream
         residual = h
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
-        qkv = ops.norm_linear(residual, layer.input_layernorm, eps, layer.qkv_proj, folded=layer.input_norm_folded)
+        qkv = normed_linear(ops, residual, layer.input_layernorm, eps, layer.qkv_proj, layer.input_norm_folded)
         out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
         ops.linear_add(out, layer.o_proj, residual)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
-        act = ops.norm_linear(residual, layer.post_attention_layernorm, eps, layer.gate_up_proj, swiglu=True,
-                              folded=layer.post_norm_folded)
+        act = normed_linear(ops, residual, layer.post_attention_layernorm, eps, layer.gate_up_proj,
+                            layer.post_norm_folded, swiglu=True)
         ops.linear_add(act, layer.down_proj, residual)
     stream[:] = (None, residual)
+
+
+def normed_linear(ops: Ops, x, norm, eps, lin: Linear, folded: bool, swiglu: bool = False):
+    """The projection (SwiGLU'd with `swiglu`) of rms_norm(x): one launch when the norm's weight is folded
+    into `lin`; else the norm's own launch first, since scaling x inside a tensor-core GEMM's loop costs
+    more than that launch (each x tile goes back to shared memory before wgmma reads it)."""
+    if folded:
+        return ops.norm_linear(x, norm, eps, lin, swiglu=swiglu, folded=True)
+    normed = ops.rms_norm(x, norm, eps)[0]
+    return ops.linear_swiglu(normed, lin) if swiglu else ops.linear(normed, lin)
 
 
 def fold_layer_norms(layer: Qwen3Layer, input_norm: bool = True) -> None:
