@@ -93,8 +93,9 @@ def _rows_acc(
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
     rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second. NORM: x[m, k]
-    is taken times g[k] (NORM == 1; 2: g is in W already) and the third result is Σ_k x[m, k]² over the same range (a scalar for the GEMV,
-    [BLOCK_M] else): the RMSNorm's statistics gathered from the tiles the product loads anyway.
+    is taken times g[k] (NORM == 1; 2: g is in W already) and the third result is Σ_k x[m, k]² over the
+    same range (a scalar for the GEMV, [BLOCK_M] else): the RMSNorm's statistics gathered from the tiles
+    the product loads anyway.
 
     The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
     tile before the grid-dependency wait: weights never depend on the kernel before, x does."""
@@ -237,8 +238,9 @@ def _skinny_gemm_kernel(
     [M, half] (the gate_up never leaves the kernel).
 
     NORM (1, or 2 for a unit weight already folded into W): x is RMSNorm'ed with weight g on the way in,
-    y = rmsnorm(x) @ W.T: the products take x·g (x with 2) and the row's 1/RMS multiplies the sums (with splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles,
-    BLOCK_M] and the last program adds them in split order). RESIDUAL: y holds the residual stream and
+    y = rmsnorm(x) @ W.T: the products take x·g (x with 2) and the row's 1/RMS multiplies the sums (with
+    splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles, BLOCK_M] and the last program adds them in
+    split order). RESIDUAL: y holds the residual stream and
     becomes y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it).
     """
     if PDL:
