@@ -87,11 +87,27 @@ def test_fused_rows_do_not_depend_on_m(device, quantized):
     assert_rows_equal(linear_add(x, lin, residual.clone(), exact=True), alone, "linear_add")
 
 
+@pytest.mark.parametrize("n,k", [(192, 64), (74, 130)])
+def test_folded_rows_do_not_depend_on_m(device, n, k):
+    """A norm whose weight is folded into W (x goes to the tensor cores as it is): on the H200, M = 16 once
+    compiled apart from M = 1 and summed the 192x64 gate_up's squares in another order."""
+    x, w, lin = _inputs(device, 16, n, k, seed=n)
+    folded = fold_norm_weight(lin, w)
+    ones = torch.ones_like(w)
+    for swiglu in (False, True):
+        alone = rows_alone(lambda r: norm_linear(r, ones, EPS, folded, exact=True, swiglu=swiglu, folded=True), x)
+        for m in (2, 13, 16):
+            assert_rows_equal(norm_linear(x[:m], ones, EPS, folded, exact=True, swiglu=swiglu, folded=True),
+                              alone[:m], f"folded norm_linear {n}x{k} swiglu={swiglu} M={m}")
+
+
 def test_fuse_norms_setting():
     assert Ops("torch", fuse_norms=True).fuse_norms and not Ops("torch", fuse_norms=False).fuse_norms
 
 
 def test_fuse_norms_environment(monkeypatch):
+    monkeypatch.delenv("TILEINFER_FUSE_NORMS", raising=False)
+    assert not Ops("torch").fuse_norms
     monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
     assert Ops("torch").fuse_norms
     monkeypatch.setenv("TILEINFER_FUSE_NORMS", "yes")

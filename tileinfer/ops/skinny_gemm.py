@@ -220,7 +220,9 @@ def _rms_scale(ss, inv_k, eps):
     return tl.rsqrt(ss * inv_k + eps)
 
 
-@triton.jit
+# M is never specialized: Triton would compile M = 1 and M = 16 apart (a constant or 16-divisible row
+# mask changes the x tile's layout and so the order of the Σx² reduction), and exact rows must not depend on M.
+@triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr,
     M, N, K, k_per_split, half, inv_k, eps,
