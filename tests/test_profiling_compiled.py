@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from tileinfer_profiling.cli import main
-from tileinfer_profiling.compiled import _SASS, cases, compile_cases, gemm_variants, main_loop, occupancy
+from tileinfer_profiling.compiled import (_SASS, cases, compile_cases, gemm_variants, main_loop, occupancy,
+                                          wgmma_ring_depths)
 from tileinfer.ops.gemm_configs import GemmConfig
 
 
@@ -44,6 +45,19 @@ def test_main_loop_is_the_longest_backward_branch():
     """
     assert main_loop(sass) == Counter({"LDG": 1, "FFMA": 1, "PRMT": 1, "BRA": 1})
     assert main_loop("/*0000*/ EXIT ;") == Counter()
+
+
+def test_wgmma_ring_depths_follow_the_operands_to_their_rings():
+    ttgir = """
+    %xt_36 = ttg.local_alloc : () -> !ttg.memdesc<5x128x16xbf16, #shared, #smem, mutable> loc(#loc1)
+    %w_37 = ttg.local_alloc : () -> !ttg.memdesc<6x64x128xbf16, #shared1, #smem, mutable> loc(#loc2)
+    %g_38 = ttg.local_alloc : () -> !ttg.memdesc<4x128xbf16, #shared, #smem, mutable> loc(#loc3)
+    %xt_263 = ttg.memdesc_index %xt_36[%ss_261] : !ttg.memdesc<5x128x16xbf16, #shared, #smem, mutable>
+    %w_268 = ttg.memdesc_index %w_37[%ss_258] : !ttg.memdesc<6x64x128xbf16, #shared1, #smem, mutable>
+    %acc_270 = ttng.warp_group_dot %w_268, %xt_263, %arg19 {inputPrecision = 0 : i32, isAsync = true}
+    """
+    assert wgmma_ring_depths(ttgir) == [5, 6]
+    assert wgmma_ring_depths(ttgir.replace("%xt_263, %arg19", "%x_regs, %arg19")) == [6]
 
 
 @pytest.mark.slow
@@ -83,6 +97,12 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     writes = loop[loop["opcode"].isin(["STS", "MEMBAR", "FENCE"])].groupby("op")["count"].sum()
     assert writes.get("linear qkv + norm", 0) > 0
     assert all(writes.get(f"linear {name} + folded norm", 0) == 0 for name in ("qkv", "gate_up")), writes
+    # every shared-memory ring of a wgmma GEMM as deep as the others (a shallower one was overwritten while
+    # an asynchronous wgmma still read it: wrong rows on the H200 under load)
+    rings = gemm["wgmma_rings"].fillna("").astype(str).str.split()
+    uneven = gemm[rings.map(lambda d: len(set(d)) > 1)]
+    assert uneven.empty, uneven[["op", "m", "config", "wgmma_rings"]]
+    assert (rings[gemm["tensor_cores"] == "wgmma (HGMMA)"].map(len) > 0).all()
 
 
 @pytest.mark.slow

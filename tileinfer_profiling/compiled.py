@@ -125,6 +125,21 @@ _SASS = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)[.\w]*\s*([^;]*);")
 
 
+_RING = re.compile(r"(%[\w.]+) = ttg\.local_alloc\s*:\s*\(\)\s*->\s*!ttg\.memdesc<(\d+)x\d+x\d+x")
+_RING_VIEW = re.compile(r"(%[\w.]+) = ttg\.memdesc_index (%[\w.]+)\[")
+_WGMMA = re.compile(r"ttng\.warp_group_dot (%[\w.]+), (%[\w.]+),")
+
+
+def wgmma_ring_depths(ttgir: str) -> list[int]:
+    """Buffers in the shared-memory ring behind each wgmma operand the pipeliner staged (one entry per
+    distinct ring). They must be equal: a shallower ring is refilled for a later iteration while the
+    asynchronous wgmma of this one may still read it (rings only read into registers may be shallower)."""
+    depth = dict(_RING.findall(ttgir))
+    ring_of = {view: ring for view, ring in _RING_VIEW.findall(ttgir) if ring in depth}
+    rings = {ring_of[v] for pair in _WGMMA.findall(ttgir) for v in pair if v in ring_of}
+    return sorted(int(depth[r]) for r in rings)
+
+
 def main_loop(sass: str) -> Counter:
     """Opcodes of the longest backward-branch region (a kernel's K or KV loop), once per iteration per warp."""
     lines = [(int(a, 16), op, operands) for a, op, operands in _SASS_LINE.findall(sass)]
@@ -298,6 +313,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
                        blocks_per_sm=occupancy(res["regs"], shared, md.num_warps, arch),
                        tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
                        loop_instructions=sum(loop.values()), opcodes=dict(opcodes), loop_opcodes=dict(loop),
+                       wgmma_rings=" ".join(map(str, wgmma_ring_depths(kernel.asm["ttgir"]))),
                        **_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz, num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)

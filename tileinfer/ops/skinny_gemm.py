@@ -158,11 +158,16 @@ def _rows_acc(
                 mask=m_mask[None, :] & k_mask[:, None], other=0.0,
             )
             if NORM:
-                xf = xt.to(tl.float32)
-                ss += tl.sum(xf * xf, axis=0)
+                # Σx² from a load of its own: summing the dot's operand (staged in shared memory by the
+                # pipeliner) gave wrong rows on the H200 when other kernels shared the GPU.
+                xs = tl.load(
+                    x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                    mask=m_mask[:, None] & k_mask[None, :], other=0.0,
+                ).to(tl.float32)
+                ss += tl.sum(xs * xs, axis=1)
                 if NORM == 1:
                     g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
-                    xt = (xf * g[:, None]).to(x_ptr.dtype.element_ty)
+                    xt = (xt.to(tl.float32) * g[:, None]).to(x_ptr.dtype.element_ty)
             w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
             if TWO:
                 w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
