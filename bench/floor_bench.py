@@ -128,7 +128,7 @@ def main(argv=None):
                         help="read bandwidth for the floors instead of measuring it (GB/s)")
     parser.add_argument("--no-cublas", action="store_true", help="leave out the cuBLAS-linears baseline")
     parser.add_argument("--pdl", default="off,on", help="off, on or off,on: Programmatic Dependent Launch")
-    parser.add_argument("--fuse-norms", default="off", help="off, on or off,on: RMSNorms and residual adds in the GEMMs")
+    parser.add_argument("--fuse-norms", default="on", help="off, on or off,on: RMSNorms and residual adds in the GEMMs")
     parser.add_argument("--prefetch-k", default="0",
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")

@@ -107,9 +107,9 @@ def test_fuse_norms_setting():
 
 def test_fuse_norms_environment(monkeypatch):
     monkeypatch.delenv("TILEINFER_FUSE_NORMS", raising=False)
-    assert not Ops("torch").fuse_norms
-    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
     assert Ops("torch").fuse_norms
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "0")
+    assert not Ops("torch").fuse_norms
     monkeypatch.setenv("TILEINFER_FUSE_NORMS", "yes")
     with pytest.raises(ConfigError, match="TILEINFER_FUSE_NORMS must be 1 or 0"):
         Ops("torch")

@@ -208,3 +208,20 @@ def test_longest_prompt(engine):
     assert plan.longest_prompt(10**12, 16) == engine.config.max_position_embeddings - 16
     assert plan.longest_prompt(1000, 16) == 0
     assert "longest prompt" in str(plan)
+
+
+def test_plan_matches_measured_on_fused_layers(pair, monkeypatch):
+    """Our kernels with fused layers (one stream tensor; norms and adds inside the GEMMs), on a CPU; the
+    GPU suite's plan tests run them with the allocator's rounding."""
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = pair
+    engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", prefill_chunk=9)
+    assert engine.ops.folds_norm_weights
+    ids = prompt(45)
+    engine.generate(ids, 4, stop_ids=[])
+    _, measured = measure_peak_bytes(lambda: engine.prefill(ids), engine.device)
+    within_margin(engine.memory_plan(45, 4).prefill_activation_bytes, measured, "fused prefill 45/9")
+    start = int(engine.start_t.item())
+    peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1]
+             for _, fn in engine._phases(engine.step_shape(16, 49, None, False), start)]
+    within_margin(engine.memory_plan(45, 4).step_activation_bytes, max(peaks), "fused step, block 16")

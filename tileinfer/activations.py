@@ -5,6 +5,8 @@ Prefill runs the prompt in chunks of T = min(prefill_chunk, prompt) tokens, so p
 decoder layer on T tokens — the residual stream (h, x, residual), the MLP's gate_up [T, 2I] and its
 activation [T, I] (a step of T <= 16 on the Triton backend computes the activation in the gate_up GEMM) — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
 right after, and the previous chunk's h and residual still bound. Logits exist for the last row only.
+Up to 16 tokens with `Ops.fuse_norms` a layer is `fused_decoder_layer`: its stream is one tensor (h +
+residual), and in our GEMMs the norms and residual adds leave no tensor of their own.
 With the Triton backend the prefill attention is a flash kernel (no scores); the PyTorch reference
 materialises [Hq, T, L] scores. Every tensor is counted as the allocator holds it: on CUDA the caching
 allocator rounds each one up to 512 bytes, which dominates for small models.
@@ -41,6 +43,8 @@ class ActivationModel:
     cuda: bool
     prefill_chunk: int
     max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
+    fused_layers: bool = False  # Ops.fuse_norms: layers of <= 16 tokens run fused_decoder_layer
+    fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -70,11 +74,15 @@ class ActivationModel:
     def _chunk_bytes(self, t: int, kv_len: int, previous: int, prompt_len: int) -> int:
         h, b = self.target.hidden, self.b
         taps = b(t, self.num_taps * h) if self.drafter else 0
-        held = b(prompt_len, e=8) + b(t, e=8) + taps + (2 * b(previous, h) if previous else 0)
+        held = b(prompt_len, e=8) + b(t, e=8) + taps + (self._stream_bytes(previous) if previous else 0)
         layer = self._layer_bytes(self.target, t, kv_len, causal=True, decode=False)
-        drafter = self._append_context_bytes(t) + 2 * b(t, h) if self.drafter else 0
-        last_row = 2 * b(t, h) + self._logits_bytes(1)
+        drafter = self._append_context_bytes(t) + self._stream_bytes(t) if self.drafter else 0
+        last_row = self._stream_bytes(t) + self._logits_bytes(1)
         return held + max(self._embedding_bytes(t), layer, drafter, last_row)
+
+    def _stream_bytes(self, t: int) -> int:
+        """The residual stream a layer leaves on t tokens: h and residual, or their sum alone (fused)."""
+        return (1 if self.fused_layers and t <= SKINNY_MAX_M else 2) * self.b(t, self.target.hidden)
 
     # ---- one step -----------------------------------------------------------------------------------
 
@@ -118,16 +126,27 @@ class ActivationModel:
         extra = self.b(rows, k) + self.b(rows, n) if padded else 0
         return extra + (self.b(n, k) + self.b(rows, n, e=4) if self.int8 else 0)
 
-    def _split_k_bytes(self, n: int, k: int, m: int) -> int:
-        if m > SKINNY_MAX_M:
-            return 0
+    def _skinny_split(self, n: int, k: int, m: int) -> tuple[int, int]:
+        """(splits of K, rows of W per program) of the skinny GEMM for this product, as it launches."""
         from tileinfer.ops.gemm_configs import get_config
         cfg = get_config(n, k, SKINNY_MAX_M if self.exact else m, "int8" if self.int8 else "bf16",
                          torch.device("cuda") if self.cuda and torch.cuda.is_available() else None)
         block_k = min(cfg.block_k, max(16, 1 << (max(k, 1) - 1).bit_length()))
         k_per_split = -(-(-(-k // cfg.split_k)) // block_k) * block_k
-        split_k = -(-k // k_per_split)
+        return -(-k // k_per_split), cfg.block_n
+
+    def _split_k_bytes(self, n: int, k: int, m: int) -> int:
+        if m > SKINNY_MAX_M:
+            return 0
+        split_k, _ = self._skinny_split(n, k, m)
         return self.b(split_k, m, n, e=4) if split_k > 1 else 0
+
+    def _norm_sums_bytes(self, n: int, k: int, m: int, swiglu: bool) -> int:
+        """A folded norm's per-split Σx² [splits, tiles, rows per tile] in fp32 (split-K only)."""
+        split_k, block_n = self._skinny_split(n, k, m)
+        tiles = -(-(n // 2 if swiglu else n) // block_n)
+        rows = 16 if self.exact or m > 1 else 1
+        return self.b(split_k, tiles, rows, e=4) if split_k > 1 else 0
 
     def _layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
                      max_length: int = 0) -> int:
@@ -141,6 +160,8 @@ class ActivationModel:
         else:
             norm = 2 * b(t, h)
             rope = b(t, hq, d) + b(t, hk, d)
+        if self.fused_layers and t <= SKINNY_MAX_M:
+            return b(t, h) + self._fused_layer_bytes(s, t, kv_len, causal, decode, max_length, norm, rope, up)
         qkv = b(t, s.qkv_rows)
         qk = b(t, hq, d) + b(t, hk, d)
         _, o_n, o_k = s.linears()[1]
@@ -156,6 +177,28 @@ class ActivationModel:
             act = b(t, 2 * i) + b(t, i)
         mlp = max(b(t, 2 * i) + self._linear_scratch(2 * i, h, t), act, down)
         return stream + max(norm, attention, mlp)
+
+    def _fused_layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
+                           max_length: int, norm: int, rope: int, up: bool) -> int:
+        """fused_decoder_layer's peak beside its one stream tensor (h + residual). In our GEMMs the norms
+        and adds leave no tensor; other linears write the normed x first and the product before its add."""
+        b, h, i, d, hq, hk = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads, s.kv_heads
+        _, o_n, o_k = s.linears()[1]
+        qkv, qk = b(t, s.qkv_rows), b(t, hq, d) + b(t, hk, d)
+        if self.fused_gemms:
+            x = added = 0
+            qkv_gemm = self._linear_scratch(s.qkv_rows, h, t) + self._norm_sums_bytes(s.qkv_rows, h, t, False)
+            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t) + self._norm_sums_bytes(2 * i, h, t, True)
+        else:
+            x = added = b(t, h)
+            qkv_gemm = self._linear_scratch(s.qkv_rows, h, t)
+            act = b(t, 2 * i) + (3 if up else 2) * b(t, i, e=4) if self.reference else b(t, 2 * i) + b(t, i)
+            gate_up = max(norm, x + b(t, 2 * i) + self._linear_scratch(2 * i, h, t), x + act)
+        attention = max(norm if x else 0, qkv + x + qkv_gemm + rope,
+                        qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
+                        qkv + b(t, hq * d) + added + self._linear_scratch(o_n, o_k, t))
+        down = b(t, i) + added + self._linear_scratch(h, i, t)
+        return max(attention, gate_up, down)
 
     def _attention_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
                          max_length: int) -> int:

@@ -22,6 +22,7 @@ from tileinfer.activations import ActivationModel
 from tileinfer.errors import RequestError
 from tileinfer.kv_cache import KV_GRANULE
 from tileinfer.ops.attention import max_num_splits
+from tileinfer.ops.backend import fuse_norms_setting
 from tileinfer.shapes import DrafterShape, ModelShape
 
 # Held by the CUDA caching allocator beyond the tensors the plan counts: cuBLAS workspaces once GEMMs
@@ -68,15 +69,20 @@ class MemoryModel:
                                num_taps=len(engine.tap_ids), elem=engine.target.dtype.itemsize,
                                int8=engine.weights == "int8", backend=engine.backend, exact=engine.exact,
                                cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
-                               max_num_splits=max_num_splits(engine.device))
+                               max_num_splits=max_num_splits(engine.device),
+                               fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights)
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
                    weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
                    activations=acts)
 
     @classmethod
     def from_configs(cls, config, draft_config=None, weights: str = "bf16", backend: str = "triton",
-                     cuda: bool = True, prefill_chunk: int = 4096, exact: bool = True) -> MemoryModel:
-        """Without loading anything: `config` a Qwen3Config, `draft_config` a DFlashConfig or None."""
+                     cuda: bool = True, prefill_chunk: int = 4096, exact: bool = True,
+                     fuse_norms: bool | None = None) -> MemoryModel:
+        """Without loading anything: `config` a Qwen3Config, `draft_config` a DFlashConfig or None;
+        `fuse_norms` None: as Ops reads it."""
+        if fuse_norms is None:
+            fuse_norms = fuse_norms_setting()
         elem = byte_model.compute_bytes(weights)
         target = ModelShape.of(config)
         draft = DrafterShape.of(draft_config) if draft_config else None
@@ -91,7 +97,8 @@ class MemoryModel:
         state = 8 * (3 * block + 4) + block * num_taps * target.hidden * elem
         acts = ActivationModel(target=target, drafter=draft.layers if draft else None, block_size=block,
                                num_taps=num_taps, elem=elem, int8=weights == "int8", backend=backend, exact=exact,
-                               cuda=cuda, prefill_chunk=prefill_chunk)
+                               cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=fuse_norms,
+                               fused_gemms=fuse_norms and backend == "triton")
         return cls(target=target, drafter=acts.drafter, max_positions=config.max_position_embeddings,
                    weights_bytes=weights_bytes, buffers_bytes=rope + state, activations=acts)
 

@@ -89,6 +89,7 @@ def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream
         qkv = normed_linear(ops, residual, layer.input_layernorm, eps, layer.qkv_proj, layer.input_norm_folded)
         out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
         ops.linear_add(out, layer.o_proj, residual)
+        del qkv, out  # not held through the MLP (the memory plan counts them in attention only)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
         act = normed_linear(ops, residual, layer.post_attention_layernorm, eps, layer.gate_up_proj,
                             layer.post_norm_folded, swiglu=True)

@@ -23,12 +23,20 @@ class AttentionContext:
     block_m: int | None = None       # the query tile of the decode kernel, fixed in exact mode
 
 
+def fuse_norms_setting() -> bool:
+    """TILEINFER_FUSE_NORMS (1 or 0, default 1): fused decoder layers for steps of up to 16 tokens."""
+    env = os.environ.get("TILEINFER_FUSE_NORMS", "1")
+    if env not in ("0", "1"):
+        raise ConfigError(f"TILEINFER_FUSE_NORMS must be 1 or 0, got {env!r}")
+    return env == "1"
+
+
 class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
     `fuse_norms`: steps of up to 16 tokens fold each RMSNorm into the projection after it and each residual
     add into the projection before it (`norm_linear`, `linear_add`); None reads TILEINFER_FUSE_NORMS (1 or 0,
-    default 0)."""
+    default 1)."""
 
     def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None):
         if backend not in BACKENDS:
@@ -36,14 +44,9 @@ class Ops:
         if linear not in LINEAR_IMPLS:
             raise ConfigError(f"linear must be one of {LINEAR_IMPLS}, got {linear!r}")
         from tileinfer.ops import attention, linear as lin, rmsnorm, rope, swiglu
-        if fuse_norms is None:
-            env = os.environ.get("TILEINFER_FUSE_NORMS", "0")
-            if env not in ("0", "1"):
-                raise ConfigError(f"TILEINFER_FUSE_NORMS must be 1 or 0, got {env!r}")
-            fuse_norms = env == "1"
         self.backend = backend
         self.exact = exact
-        self.fuse_norms = fuse_norms
+        self.fuse_norms = fuse_norms_setting() if fuse_norms is None else fuse_norms
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add = lin.norm_linear, lin.linear_add
         self.embedding = lin.embedding
