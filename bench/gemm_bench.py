@@ -144,10 +144,11 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 class Shape:
     """Weight copies (bf16 and int8) of one [N, K] linear, enough of them to defeat the L2."""
 
-    def __init__(self, name: str, n: int, k: int, device: str, gen: torch.Generator):
+    def __init__(self, name: str, n: int, k: int, device: str, gen: torch.Generator, defeat_l2: bool = True):
         self.name, self.n, self.k = name, n, k
         self.swiglu = name.endswith("gate_up")
-        copies = max(2, -(-L2_DEFEAT_BYTES // (n * k * 2))) if device == "cuda" else 1
+        # --smoke's tiny shapes would need tens of thousands of copies (and graphs as long) to fill 256 MB
+        copies = max(2, -(-L2_DEFEAT_BYTES // (n * k * 2)) if defeat_l2 else 2) if device == "cuda" else 1
         self.w = [torch.randn(n, k, device=device, generator=gen).mul_(0.02).to(torch.bfloat16) for _ in range(copies)]
         self.q = [quantize_weight(w) for w in self.w]
 
@@ -370,7 +371,7 @@ def main() -> None:
     dims = SMOKE if args.smoke else model_linears(args.models.split(",")) if args.tune_only else LINEARS
     gen = torch.Generator(device=device).manual_seed(0)
     t_setup = time.time()
-    shapes = {name: Shape(name, n, k, device, gen) for name, (n, k) in dims.items()}
+    shapes = {name: Shape(name, n, k, device, gen, defeat_l2=not args.smoke) for name, (n, k) in dims.items()}
     log(f"weights ready in {time.time() - t_setup:.1f} s: " + ", ".join(f"{s.name} x{len(s.w)}" for s in shapes.values()))
 
     if args.tune or args.tune_only:
