@@ -225,8 +225,8 @@ def _rms_scale(ss, inv_k, eps):
     return tl.rsqrt(ss * inv_k + eps)
 
 
-# M is never specialized: Triton would compile M = 1 and M = 16 apart (a constant or 16-divisible row
-# mask changes the x tile's layout and so the order of the Σx² reduction), and exact rows must not depend on M.
+# M is never specialized (Triton compiles M = 1 and multiples of 16 apart): exact rows come from one compiled
+# kernel whatever the number of rows.
 @triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr,
