@@ -13,7 +13,8 @@ in-run baseline. Launches per layer count the target's kernels inside its layers
 and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, as the kernels got it);
 `--fuse-norms off,on` without and with the RMSNorms and residual adds folded into the GEMMs
 (TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused); `--prefetch-k 0,4` without and with each
-skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K).
+skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K);
+`--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait.
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
 """
@@ -38,7 +39,7 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
-from tileinfer.ops import gemm_configs, pdl  # noqa: E402
+from tileinfer.ops import decode_attention, gemm_configs, pdl  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -61,7 +62,7 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl="on" if pdl.enabled_for(device) else "off",
-                prefetch_k=gemm_configs.prefetch_k(),
+                prefetch_k=gemm_configs.prefetch_k(), kv_prefetch="on" if decode_attention.kv_prefetch_for(device) else "off",
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"])
 
 
@@ -131,6 +132,7 @@ def main(argv=None):
     parser.add_argument("--fuse-norms", default="on", help="off, on or off,on: RMSNorms and residual adds in the GEMMs")
     parser.add_argument("--prefetch-k", default="0",
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
+    parser.add_argument("--kv-prefetch", default="on", help="off, on or off,on: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     try:
@@ -139,9 +141,10 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl, args.fuse_norms = args.pdl.split(","), args.fuse_norms.split(",")
+    args.pdl, args.fuse_norms, args.kv_prefetch = (s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch))
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
-                               ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on"))):
+                               ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
+                               ("--kv-prefetch", args.kv_prefetch, ("off", "on"))):
         unknown = [x for x in given if x not in known]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -164,24 +167,26 @@ def main(argv=None):
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
-            for fuse, blocks in itertools.product(args.fuse_norms, args.prefetch_k):
+            for fuse, blocks, kv in itertools.product(args.fuse_norms, args.prefetch_k, args.kv_prefetch):
                 gemm_configs.set_prefetch_k(blocks)
+                decode_attention.set_kv_prefetch(kv == "on")
                 with fuse_norms_env(fuse == "on"):  # read by the engines loaded inside
-                    first = (fuse, blocks) == (args.fuse_norms[0], args.prefetch_k[0])
+                    first = (fuse, blocks, kv) == (args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0])
                     measure_model(model, args, bandwidth, record, cublas=first)
                 # written after each model, so a run cut short keeps what it measured
                 path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}: done at "
+                print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}: done at "
                       f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
+    decode_attention.set_kv_prefetch(True)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3}")
+          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3}")
+              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3}")
     return rows
 
 

@@ -3,12 +3,14 @@ beside its floor, with the columns the floor table is read by."""
 
 import pandas as pd
 import pytest
+import torch
 
 from bench import floor_bench
 from tileinfer.random_weights import TINY
 
 REQUIRED = {"model", "weights", "mode", "point", "accept", "tok_s", "step_ms", "floor_ms", "fraction_of_floor",
-            "launches_per_layer", "us_per_layer_over_floor", "pdl", "git_rev", "command", "gpu", "weights_kind"}
+            "launches_per_layer", "us_per_layer_over_floor", "pdl", "kv_prefetch", "git_rev", "command", "gpu",
+            "weights_kind"}
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
                     ("int8", "dflash", "triton"), ("bf16", "plain", "cublas")]
     assert (table["accept"][table["mode"] == "dflash"] == "replay:3.0").all()
     assert (table["weights_kind"] == "random").all() and (table["pdl"] == "off").all()
+    assert (table["kv_prefetch"] == ("on" if torch.cuda.is_available() else "off")).all()
     assert table["fraction_of_floor"].tolist() == pytest.approx((table["floor_ms"] / table["step_ms"]).tolist())
     over = (table["step_ms"] - table["floor_ms"]) * 1e3 / TINY.layers
     assert table["us_per_layer_over_floor"].tolist() == pytest.approx(over.tolist())
@@ -43,6 +46,9 @@ def test_unknown_point_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         floor_bench.main(["--models", "tiny", "--points", "tiny", "--pdl", "maybe", "--out", str(tmp_path)])
     assert "--pdl: unknown maybe" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--kv-prefetch", "yes", "--out", str(tmp_path)])
+    assert "--kv-prefetch: unknown yes" in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))
 
 

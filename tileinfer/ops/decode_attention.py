@@ -14,7 +14,15 @@ Exact mode (a ``split_size`` and a ``block_m`` fixed by the caller): splits star
 so a row's partial sums — and its output bits — are those it gets when it is computed alone. Keys a
 row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops (or are
 not merged at all when they lie past the KV length).
+
+Before the grid-dependency wait (PDL) each program asks L2 for its share of K and V
+(`set_kv_prefetch`, TILEINFER_KV_PREFETCH=0 turns it off): the cache of earlier positions streams in
+while the Q/K norm + RoPE kernel before it still runs. L2 is where writes land, so a line that kernel
+writes afterwards is read as written.
 """
+
+import os
+
 
 from dataclasses import dataclass
 
@@ -31,6 +39,31 @@ from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
+_kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
+
+
+def set_kv_prefetch(on: bool) -> None:
+    """L2 prefetch of each split's K/V before PDL's wait, for kernels launched from now on."""
+    global _kv_prefetch
+    _kv_prefetch = bool(on)
+
+
+def kv_prefetch_for(device: torch.device) -> bool:
+    """Whether kernels on `device` prefetch: asked for, compiled (not interpreted), on a GPU."""
+    return _kv_prefetch and not INTERPRET and torch.device(device).type == "cuda"
+
+
+@triton.jit
+def _prefetch_rows_l2(base, start, end, stride_n, BLOCK_N: tl.constexpr, LINES: tl.constexpr,
+                      LINE_ELEMS: tl.constexpr):
+    """Ask L2 for rows [start, end) of one head's cache, one prefetch per 128-byte line; rows past the
+    end ask for the first row instead."""
+    offs_l = tl.arange(0, LINES) * LINE_ELEMS
+    for n0 in tl.range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        ptrs = base + tl.where(n < end, n, start)[:, None] * stride_n + offs_l[None, :]
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -115,6 +148,7 @@ def _split_kv_attention_kernel(
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH_KV: tl.constexpr, LINES: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -123,12 +157,9 @@ def _split_kv_attention_kernel(
     and split s covering [s·chunk, min((s+1)·chunk, kv_len)) for s < cdiv(kv_len, chunk) (later splits do
     nothing). A row that sees none of its split's keys gets o = 0 and lse = −inf. The head's last live
     program then merges its partials (_merge_head)."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
-    kv_len = tl.load(KV_LEN).to(tl.int32)
+    kv_len = tl.load(KV_LEN).to(tl.int32)  # set at the step's start, before the kernel before this one
     if split_size > 0:
         chunk = split_size
     else:
@@ -140,6 +171,12 @@ def _split_kv_attention_kernel(
         return
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
+    if PREFETCH_KV:
+        _prefetch_rows_l2(K + kv_head * stride_kh, start, end, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
+        _prefetch_rows_l2(V + kv_head * stride_vh, start, end, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
     rows = tl.arange(0, BLOCK_M)
     row_valid = rows < NUM_Q_TOKENS * GROUP
@@ -284,10 +321,12 @@ def decode_attention(
             BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
             MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
+            PREFETCH_KV=kv_prefetch_for(q.device), LINES=max(1, head_dim * k_cache.element_size() // 128),
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
-    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg, q.device)
+    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg,
+           q.device, _kv_prefetch)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
