@@ -3,7 +3,8 @@
 A kernel launched with PDL may become resident while the kernel before it in the stream finishes its last
 wave: every step kernel triggers its dependents (`gdc_launch_dependents`) at its start and reads nothing
 the kernel before may write, and writes nothing, until `gdc_wait` (that kernel completed, its memory
-visible); the skinny GEMV loads its first weight tile before the wait. Each kernel's launch, set-up and
+visible); the skinny GEMV loads its first weight tile before the wait, and the split-KV attention asks
+L2 for its K/V (a prefetch, never a read into registers). Each kernel's launch, set-up and
 first weight reads overlap its predecessor's tail (bench/results/floor_h200.csv has every shape with PDL
 off and on). On wherever the GPU has it (compute capability 9.0 and
 later) unless `TILEINFER_PDL=0` or `set_enabled(False)`; never under the Triton interpreter or on the CPU.
