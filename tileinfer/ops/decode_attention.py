@@ -22,8 +22,6 @@ writes afterwards is read as written.
 """
 
 import os
-
-
 from dataclasses import dataclass
 
 import torch

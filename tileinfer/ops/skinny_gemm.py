@@ -22,8 +22,9 @@ and the per-channel scale is applied in the epilogue. The conversion avoids the 
 `swiglu=True` serves the MLP's fused gate_up: each program streams its gate rows and the matching up rows
 in one K loop and stores silu(gate) * up, so the activation needs no launch and gate_up is never written.
 
-`norm=` folds the RMSNorm before the projection in: the products take x·g, the K loop also sums x² from
-the x tiles it loads anyway, and the epilogue scales the sums by the row's 1/RMS (no normed x written).
+`norm=` folds the RMSNorm before the projection in: the products take x·g, the K loop also sums x² (x is
+small and in L2: a second load of each tile), and the epilogue scales the sums by the row's 1/RMS (no
+normed x written). `unit_norm=True` is the same for a W that carries the norm's weight.
 `residual=` folds the residual add after it in: the product, rounded to the model dtype, is added to the
 residual stream in place.
 """
@@ -94,8 +95,7 @@ def _rows_acc(
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
     rows up_rows + offs_n, in the same K loop (twice the loads in flight), returned second. NORM: x[m, k]
     is taken times g[k] (NORM == 1; 2: g is in W already) and the third result is Σ_k x[m, k]² over the
-    same range (a scalar for the GEMV, [BLOCK_M] else): the RMSNorm's statistics gathered from the tiles
-    the product loads anyway.
+    same range (a scalar for the GEMV, [BLOCK_M] else): the RMSNorm's statistics, gathered in the K loop.
 
     The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
     tile before the grid-dependency wait: weights never depend on the kernel before, x does."""
