@@ -3,7 +3,8 @@
 Per size: a random checkpoint of the real shape written to disk (BF16), loaded by TileInfer and by
 transformers' Qwen3ForCausalLM in fp32 (logits compared tightly) and in BF16 (loosely); greedy tokens
 against transformers' greedy in fp32; a DFlash run with a random drafter against TileInfer's own greedy
-decoding (exact mode: identical tokens). One CSV row per size × dtype.
+decoding, both in exact mode (identical tokens). One CSV row per size × dtype, written after each size
+so that a run cut short keeps what it checked. `--sizes tiny` runs the test preset (any device).
 
     python bench/sizes_check.py --sizes 0.6b,1.7b,4b,8b --out bench/results
 """
@@ -11,6 +12,7 @@ decoding (exact mode: identical tokens). One CSV row per size × dtype.
 import argparse
 import gc
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,51 +23,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
-from tileinfer.random_weights import write_dflash_drafter, write_qwen3  # noqa: E402
+from tileinfer.random_weights import PRESETS, write_dflash_drafter, write_qwen3  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 
 # max |ours − transformers| over max |transformers| on the prompt's logits
 TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}
 
 
-def hf_model(path, dtype):
+def hf_model(path, dtype, device):
     from transformers import Qwen3ForCausalLM
-    return Qwen3ForCausalLM.from_pretrained(str(path), torch_dtype=dtype, attn_implementation="sdpa").cuda().eval()
+    return Qwen3ForCausalLM.from_pretrained(str(path), torch_dtype=dtype, attn_implementation="sdpa").to(device).eval()
 
 
 def check(size: str, root: Path, prompt_len: int, new_tokens: int) -> list[dict]:
     t0 = time.perf_counter()
-    target = write_qwen3(root / f"qwen3-{size}", f"qwen3-{size}", seed=1, dtype=torch.bfloat16, std=0.02)
-    drafter = write_dflash_drafter(root / f"qwen3-{size}-drafter", target, num_layers=2, seed=2)
+    model = "tiny" if size == "tiny" else f"qwen3-{size}"
+    target = write_qwen3(root / model, model, seed=1, dtype=torch.bfloat16, std=0.02)
+    drafter = write_dflash_drafter(root / f"{model}-drafter", target, num_layers=2, seed=2)
     written_s = time.perf_counter() - t0
     rows = []
     g = torch.Generator().manual_seed(3)
     for weights, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         engine = tileinfer.load(target, draft=drafter, weights=weights)
         ids = torch.randint(0, engine.config.vocab_size, (prompt_len,), generator=g).tolist()
-        ours = engine.prompt_logits(ids)
-        hf = hf_model(target, dtype)
+        ours = engine.prompt_logits(ids).to(engine.device)
+        hf = hf_model(target, dtype, engine.device)
         with torch.no_grad():
-            theirs = hf(torch.tensor([ids], device="cuda")).logits[0].float()
-            ref_tokens = hf.generate(torch.tensor([ids], device="cuda"), max_new_tokens=new_tokens, do_sample=False,
+            prompt = torch.tensor([ids], device=engine.device)
+            theirs = hf(prompt).logits[0].float()
+            ref_tokens = hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False,
                                      eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
         del hf
         gc.collect()
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
         err = ((ours - theirs).abs().max() / theirs.abs().max()).item()
         plain = engine.generate(ids, new_tokens, stop_ids=[], block_size=1)
-        spec = engine.generate(ids, new_tokens, stop_ids=[])
+        exact_plain = engine.generate(ids, new_tokens, stop_ids=[], block_size=1, exact=True)
+        spec = engine.generate(ids, new_tokens, stop_ids=[], exact=True)
         agree = next((i for i, (a, b) in enumerate(zip(plain.tokens, ref_tokens)) if a != b), len(ref_tokens))
         rows.append(dict(
-            model=f"qwen3-{size}", weights=weights, prompt_tokens=prompt_len, new_tokens=new_tokens,
+            model=model, weights=weights, prompt_tokens=prompt_len, new_tokens=new_tokens,
             logits_rel_err=err, tolerance=TOLERANCE[weights], logits_ok=err <= TOLERANCE[weights],
-            greedy_tokens_agree_with_transformers=agree, dflash_equals_greedy=spec.tokens == plain.tokens,
+            greedy_tokens_agree_with_transformers=agree, dflash_equals_greedy=spec.tokens == exact_plain.tokens,
             plain_tok_s=plain.stats.decode_tok_s, dflash_tokens_per_step=spec.stats.mean_tokens_per_step,
             checkpoint_write_s=written_s, weights_kind="random"))
         print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
         del engine
         gc.collect()
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return rows
 
 
@@ -77,19 +82,22 @@ def main(argv=None):
     parser.add_argument("--root", default=os.environ.get("TILEINFER_BENCH_ROOT", "/tmp/tileinfer-bench") + "/sizes")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args(argv)
+    known = ["tiny"] + [name.removeprefix("qwen3-") for name in PRESETS if name.startswith("qwen3-")]
+    unknown = [size for size in args.sizes.split(",") if size not in known]
+    if unknown:
+        parser.error(f"--sizes: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     env = environment(measure_bandwidth=False)
     base = {k: env[k] for k in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     import transformers
     base["transformers"] = transformers.__version__
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     for size in args.sizes.split(","):
         rows += check(size, Path(args.root), args.prompt_tokens, args.new_tokens)
-        for d in Path(args.root).glob(f"qwen3-{size}*"):  # free the disk for the next size
-            import shutil
+        path = write_rows([r | base for r in rows], out / f"sizes_{gpu_tag(base['gpu'])}.csv", last=tuple(base))
+        for d in Path(args.root).glob(f"{rows[-1]['model']}*"):  # free the disk for the next size
             shutil.rmtree(d, ignore_errors=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = write_rows([r | base for r in rows], out / f"sizes_{gpu_tag(base['gpu'])}.csv", last=tuple(base))
     print(f"\n{base['gpu']}, torch {base['torch']}, triton {base['triton']}, transformers {base['transformers']}, "
           f"rev {base['git_rev']}; random weights; rows in {path}")
     print(f"{'model':11} {'weights':7} {'logits err':>10} {'ok':>3} {'greedy=HF':>9} {'dflash=greedy':>13} {'tok/s':>7}")
