@@ -39,11 +39,13 @@ def check(engine, label: str, prompt_lens, new_tokens: int) -> list[dict]:
             engine.generate(ids, new_tokens, stop_ids=[], block_size=block)
             start = int(engine.start_t.item())
             shape = engine.step_shape(block, n + new_tokens, None, False)
-            peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1]
-                     for _, fn in engine._phases(shape, start)]
+            peaks = {name: measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1]
+                     for name, fn in engine._phases(shape, start)}
             rows.append(dict(model=label, what=f"step, block {block}", prompt_tokens=n, new_tokens=new_tokens,
                              planned_bytes=plan.step_activation_bytes if block == engine.block_max else
-                             _plain_plan(engine, n, new_tokens), measured_bytes=max(peaks)))
+                             _plain_plan(engine, n, new_tokens), measured_bytes=max(peaks.values()),
+                             peak_phase=max(peaks, key=peaks.get),
+                             phase_bytes=" ".join(f"{name}:{b}" for name, b in peaks.items())))
     for r in rows:
         r["plan_over_measured"] = r["planned_bytes"] / r["measured_bytes"]
         r["ok"] = r["measured_bytes"] <= r["planned_bytes"] <= MARGIN * r["measured_bytes"]
