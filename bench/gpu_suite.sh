@@ -5,8 +5,9 @@
 #
 # Offline machines install what the image lacks from wheels in .whl/ (PIP_ARGS); the machine's own torch
 # and triton are used as they are. Writes gpu_tests_<gpu>.txt (revision, GPU, versions, command, the
-# pytest summary line, failures) and the full log beside it, one line per test as it ends; exits with
-# pytest's status. DEADLINE interrupts pytest (SIGINT) so a run that is cut short still lists its failures.
+# pytest summary line, failures, the slowest tests) and the full log beside it, one line per test as it
+# ends; exits with pytest's status. DEADLINE interrupts pytest (SIGINT) so a run that is cut short still
+# lists its failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-bench/results}}
@@ -37,6 +38,8 @@ summary=$(grep -E "[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed 's/=//g;
   echo "wall: ${elapsed} s, exit status $rc"
   echo "summary: ${summary:-none (set-up failed before pytest ran)}"
   grep -oE "(FAILED|ERROR) tests/[^ ]+" "$log" | sort -u | sed 's/^/  /'
+  echo "slowest:"
+  grep -E "^[0-9.]+s (call|setup|teardown) " "$log" | head -5 | sed 's/^/  /'
 } > "$out/gpu_tests_${tag}.txt"
 cat "$out/gpu_tests_${tag}.txt"
 exit "$rc"

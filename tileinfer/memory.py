@@ -22,7 +22,7 @@ from tileinfer.activations import ActivationModel
 from tileinfer.errors import RequestError
 from tileinfer.kv_cache import KV_GRANULE
 from tileinfer.ops.attention import max_num_splits
-from tileinfer.ops.backend import fuse_norms_setting
+from tileinfer.ops.backend import Ops
 from tileinfer.shapes import DrafterShape, ModelShape
 
 # Held by the CUDA caching allocator beyond the tensors the plan counts: cuBLAS workspaces once GEMMs
@@ -81,8 +81,7 @@ class MemoryModel:
                      fuse_norms: bool | None = None) -> MemoryModel:
         """Without loading anything: `config` a Qwen3Config, `draft_config` a DFlashConfig or None;
         `fuse_norms` None: as Ops reads it."""
-        if fuse_norms is None:
-            fuse_norms = fuse_norms_setting()
+        ops = Ops(backend, exact=exact, fuse_norms=fuse_norms)
         elem = byte_model.compute_bytes(weights)
         target = ModelShape.of(config)
         draft = DrafterShape.of(draft_config) if draft_config else None
@@ -97,8 +96,8 @@ class MemoryModel:
         state = 8 * (3 * block + 4) + block * num_taps * target.hidden * elem
         acts = ActivationModel(target=target, drafter=draft.layers if draft else None, block_size=block,
                                num_taps=num_taps, elem=elem, int8=weights == "int8", backend=backend, exact=exact,
-                               cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=fuse_norms,
-                               fused_gemms=fuse_norms and backend == "triton")
+                               cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=ops.fuse_norms,
+                               fused_gemms=ops.folds_norm_weights)
         return cls(target=target, drafter=acts.drafter, max_positions=config.max_position_embeddings,
                    weights_bytes=weights_bytes, buffers_bytes=rope + state, activations=acts)
 

@@ -314,6 +314,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
                        tensor_cores=_tensor_cores(opcodes), sass_instructions=sum(opcodes.values()),
                        loop_instructions=sum(loop.values()), opcodes=dict(opcodes), loop_opcodes=dict(loop),
                        wgmma_rings=" ".join(map(str, wgmma_ring_depths(kernel.asm["ttgir"]))),
+                       l2_prefetches=kernel.asm["ptx"].count("prefetch.global.L2"),
                        **_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz, num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)

@@ -33,7 +33,7 @@ from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.pdl import launch_options
+from tileinfer.ops.pdl import launch_options, prefetch_l2
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
@@ -46,9 +46,9 @@ def set_kv_prefetch(on: bool) -> None:
     _kv_prefetch = bool(on)
 
 
-def kv_prefetch_for(device: torch.device) -> bool:
-    """Whether kernels on `device` prefetch: asked for, compiled (not interpreted), on a GPU."""
-    return _kv_prefetch and not INTERPRET and torch.device(device).type == "cuda"
+def kv_prefetch() -> bool:
+    """Whether the kernels prefetch: asked for and compiled (the interpreter has no L2)."""
+    return _kv_prefetch and not INTERPRET
 
 
 @triton.jit
@@ -59,9 +59,7 @@ def _prefetch_rows_l2(base, start, end, stride_n, BLOCK_N: tl.constexpr, LINES: 
     offs_l = tl.arange(0, LINES) * LINE_ELEMS
     for n0 in tl.range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        ptrs = base + tl.where(n < end, n, start)[:, None] * stride_n + offs_l[None, :]
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+        prefetch_l2(base + tl.where(n < end, n, start)[:, None] * stride_n + offs_l[None, :])
 
 
 @triton.jit
@@ -319,7 +317,7 @@ def decode_attention(
             BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
             MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
-            PREFETCH_KV=kv_prefetch_for(q.device), LINES=max(1, head_dim * k_cache.element_size() // 128),
+            PREFETCH_KV=kv_prefetch(), LINES=max(1, head_dim * k_cache.element_size() // 128),
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 

@@ -14,6 +14,8 @@ CUDA graphs keep the launches' PDL edges.
 import os
 
 import torch
+import triton
+import triton.language as tl
 
 from tileinfer.ops import INTERPRET
 
@@ -41,3 +43,11 @@ def launch_options(device: torch.device) -> dict:
     """The kernel launch's keyword arguments: the PDL constexpr and Triton's `launch_pdl` option."""
     on = enabled_for(device)
     return {"PDL": on, "launch_pdl": True} if on else {"PDL": False}
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Ask L2 for the 128-byte line of each pointer (no register result): what a kernel may fetch before
+    `gdc_wait`, since L2 is where the kernel before writes."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                              dtype=tl.int32, is_pure=False, pack=1)

@@ -40,7 +40,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
-from tileinfer.ops.pdl import launch_options
+from tileinfer.ops.pdl import launch_options, prefetch_l2
 
 MAX_M = 16
 
@@ -79,9 +79,7 @@ def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, L
     before still runs, and the main loop finds them in L2. Lines past the matrix ask for w_ptr instead."""
     for b in tl.static_range(BLOCKS):
         offs = k_start + b * BLOCK_K + tl.arange(0, LINES) * (BLOCK_K // LINES)
-        ptrs = tl.where(w_mask & (offs < k_end)[None, :], w_rows + offs[None, :], w_ptr)
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+        prefetch_l2(tl.where(w_mask & (offs < k_end)[None, :], w_rows + offs[None, :], w_ptr))
 
 
 @triton.jit
