@@ -1,5 +1,4 @@
 import math
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,18 +16,23 @@ class FakeStats(SimpleNamespace):
 
 
 class FakeEngine:
-    """generate() returns at once; enough of the API for the worker."""
+    """generate() returns at once and advances a clock of its own by 1 ms a token; enough of the API
+    for the worker."""
 
     def __init__(self, vocab_size=151936, tokenizer=None):
         self.config = SimpleNamespace(vocab_size=vocab_size)
         self.tokenizer = tokenizer
         self.calls = []
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
 
     def generate(self, prompt, max_new_tokens, stop_ids=None, block_size=None, eager=False,
                  accept_profile=None, num_splits=None):
         self.calls.append(dict(n=max_new_tokens, stop_ids=stop_ids, block_size=block_size,
                                accept_profile=accept_profile, prompt=list(prompt)))
-        time.sleep(2e-5 * max_new_tokens)  # the reply must take longer than the 1-token request
+        self.now += 1e-3 * max_new_tokens
         per_step = int(accept_profile or 1)
         steps = max(1, -(-(max_new_tokens - 1) // per_step))
         stats = FakeStats(prompt_tokens=len(prompt), new_tokens=max_new_tokens, steps=steps,
@@ -77,7 +81,7 @@ def test_worker_rows_with_a_fake_engine(dflash):
                             "--random-weights", "qwen3-4b", "--points", "1k", "--weights", "int8",
                             "--dflash", dflash, "--accept-profile", "edit=7.1,explain=2.9",
                             "--trials", "3", "--warmup-s", "0", "--process", "2"])
-    rows = spec.run_worker(args, load=load, emit=emitted.append)
+    rows = spec.run_worker(args, load=load, emit=emitted.append, clock=engine.clock)
     assert rows == emitted and [r["task"] for r in rows] == ["edit", "explain"]
     assert loads == [("/ckpt/random-4b", "/ckpt/drafter" if dflash == "on" else None, "int8")]
     for row in rows:
@@ -119,6 +123,6 @@ def test_replayed_tokens_per_step_per_point():
                             "--points", "8k", "--weights", "bf16", "--dflash", "on", "--trials", "1",
                             "--warmup-s", "0", "--accept-profile", "1k:edit=7.1,8k:edit=1.87,1k:explain=2.9,"
                             "8k:explain=2.5", "--tasks", "edit"])
-    (row,) = spec.run_worker(args, load=lambda *a, **k: engine, emit=emitted.append)
+    (row,) = spec.run_worker(args, load=lambda *a, **k: engine, emit=emitted.append, clock=engine.clock)
     assert row["accept_mode"] == "replay:1.87" and {c["accept_profile"] for c in engine.calls} == {1.87}
     assert (row["model"], row["mode"], row["version"]) == ("qwen3-4b", "cuda-graphs", "0.1.0")

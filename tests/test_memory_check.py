@@ -1,7 +1,11 @@
 """bench/memory_check.py's rows on the embedded pair: plan beside measured, the phase that peaks."""
 
+import pytest
+import torch
+
 import tileinfer
 from bench import memory_check
+from tileinfer_profiling.memory_peaks import PLAN_MARGIN, PLAN_SLACK, live_at_peak, plan_covers
 
 
 def test_rows_name_the_peak_phase():
@@ -13,3 +17,24 @@ def test_rows_name_the_peak_phase():
     assert set(phases) == {"drafter", "verify"}
     assert max(map(int, phases.values())) == steps["step, block 16"]["measured_bytes"] > 0
     assert all(r["planned_bytes"] > 0 and r["plan_over_measured"] > 0 for r in rows)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator trace is CUDA's")
+def test_live_at_peak_names_the_blocks_and_their_code():
+    def call():
+        a = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        del a
+        c = torch.empty(1 << 10, dtype=torch.uint8, device="cuda")
+        return b, c
+
+    peak, blocks = live_at_peak(call, "cuda", top=2)
+    assert peak == 4 << 20
+    assert [size for size, _ in blocks] == [3 << 20, 1 << 20]
+    assert all(where.startswith("tests/test_memory_check.py:") and where.endswith(" call") for _, where in blocks)
+
+
+def test_plan_covers_margin_and_slack():
+    assert plan_covers(110, 100) and not plan_covers(99, 100)
+    assert plan_covers(1000 + PLAN_SLACK, 1000) and not plan_covers(1001 + PLAN_SLACK, 1000)
+    assert not plan_covers(int(PLAN_MARGIN * 10**6) + 1, 10**6)

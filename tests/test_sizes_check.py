@@ -13,6 +13,10 @@ def test_tiny_preset_rows(tmp_path, capsys):
     rows = pd.read_csv(path)
     assert list(rows["weights"]) == ["fp32", "bf16"] and set(rows["model"]) == {"tiny"}
     assert rows["logits_ok"].all() and rows["dflash_equals_greedy"].all() and status == 0
+    fp32, bf16 = rows.to_dict("records")
+    assert fp32["tolerance"] == sizes_check.TOLERANCE["fp32"] and fp32["greedy_tokens_agree_with_transformers"] == 6
+    assert bf16["tolerance"] == max(sizes_check.TOLERANCE["bf16"], sizes_check.BF16_SLACK * bf16["transformers_bf16_rel_err"])
+    assert 0 < bf16["transformers_bf16_rel_err"] < 0.1 and fp32["logits_rel_err"] < 1e-5
     assert {"gpu", "torch", "triton", "transformers", "git_rev", "command", "weights_kind"} <= set(rows.columns)
     assert not list((tmp_path / "ckpt").glob("tiny*")), "the checkpoints are removed after their size"
     assert "logits err" in capsys.readouterr().out

@@ -152,7 +152,7 @@ def bench_prompt(engine, ids, new_tokens, trials=5, warmup_s=1.0, clock=time.per
     return timing, timing.reply.stats
 
 
-def run_worker(args, load=None, emit=emit_row):
+def run_worker(args, load=None, emit=emit_row, clock=time.perf_counter):
     """One configuration in this process: one row per task, handed to `emit` as it finishes."""
     if load is None:
         from tileinfer import load
@@ -169,7 +169,7 @@ def run_worker(args, load=None, emit=emit_row):
         profile = profile_for(args.accept_profile, point.name, task) if dflash else None
         gen_kw = {"stop_ids": [] if random_weights else None, "accept_profile": profile,
                   "block_size": (args.block_size if dflash else 1)}
-        timing, stats = bench_prompt(engine, ids, point.new_tokens, args.trials, args.warmup_s, **gen_kw)
+        timing, stats = bench_prompt(engine, ids, point.new_tokens, args.trials, args.warmup_s, clock, **gen_kw)
         row = Row(
             engine="tileinfer", task=task, point=point.name, prompt_tokens=len(ids),
             new_tokens=stats.new_tokens, weights=args.weights, dflash=dflash,
