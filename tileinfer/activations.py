@@ -218,16 +218,17 @@ class ActivationModel:
         return out
 
     def _append_context_bytes(self, t: int) -> int:
-        """drafter.append_context on t features: fc output, its norm, each layer's K/V (two live)."""
+        """drafter.append_context on t features: fc output, its norm, each layer's K/V (two live); the
+        reference's RoPE also copies K."""
         s, b = self.drafter, self.b
         hd, d, hk = s.hidden, s.head_dim, s.kv_heads
         features = b(t, self.num_taps * self.target.hidden)
         kv, k, fc = b(t, 2 * hk * d), b(t, hk, d), b(t, hd)
         if self.reference:
             norm = b(t, hd) + (3 if self.elem != 4 else 2) * b(t, hd, e=4) + 2 * b(t, e=4)
-            rope = 3 * b(t, d, e=4) + 4 * b(t, hk, d, e=4)
-        else:
+            rope = 2 * k + 3 * b(t, d, e=4) + 4 * b(t, hk, d, e=4)
+        else:  # qk_norm_rope writes K and V straight into the cache
             norm, rope = 2 * b(t, hd), 0
         fc_scratch = self._linear_scratch(hd, self.num_taps * self.target.hidden, t)
         kv_scratch = self._linear_scratch(2 * hk * d, hd, t)
-        return features + max(fc + fc_scratch, norm, fc + 2 * kv + 2 * k + rope + kv_scratch)
+        return features + max(fc + fc_scratch, norm, fc + 2 * kv + rope + kv_scratch)

@@ -15,12 +15,15 @@ def plan_covers(planned: int, measured: int) -> bool:
 def measure_peak_bytes(fn, device) -> tuple[object, int]:
     """(fn(), peak bytes allocated during the call above what was allocated before it).
 
-    CUDA: the caching allocator's peak (torch.cuda.max_memory_allocated, blocks as allocated, rounded).
+    CUDA: the caching allocator's peak (torch.cuda.max_memory_allocated, blocks as allocated, rounded),
+    from an emptied cache: a cached block reused whole counts its unsplit remainder (up to 1 MiB) as
+    allocated, which depends on what ran before, not on the call.
     CPU: the allocation events of torch.profiler (tensors only).
     """
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
         result = fn()
@@ -43,7 +46,8 @@ def live_at_peak(fn, device, top: int = 12) -> tuple[int, list[tuple[int, str]]]
     CUDA call, from the caching allocator's trace; `where` names the code that allocated the block."""
     device = torch.device(device)
     torch.cuda.synchronize(device)
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000, device=device)
+    torch.cuda.empty_cache()
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python", device=device)
     try:
         fn()
         torch.cuda.synchronize(device)
