@@ -1,11 +1,13 @@
 """Every dense Qwen3 size on the GPU, checked against Hugging Face transformers on random weights.
 
 Per size: a random checkpoint of the real shape written to disk (BF16), loaded by TileInfer in fp32 and
-in BF16 and by transformers' Qwen3ForCausalLM in fp32, whose prompt logits are the truth both are held to:
-fp32 tightly, BF16 as close as transformers' own BF16 gets (or the fixed bound, whichever is looser);
-greedy tokens against transformers' greedy in the same dtype; a DFlash run with a random drafter against TileInfer's own greedy
-decoding, both in exact mode (identical tokens). One CSV row per size × dtype, written after each size
-so that a run cut short keeps what it checked. `--sizes tiny` runs the test preset (any device).
+in BF16 and by transformers' Qwen3ForCausalLM in fp32, whose prompt logits are the truth both are held
+to: fp32 tightly, BF16 as close as transformers' own BF16 gets (or the fixed bound, whichever is looser);
+greedy tokens against transformers' greedy in the same dtype; a DFlash run with a random drafter against
+TileInfer's own greedy decoding, both in exact mode (identical tokens). One CSV row per size × dtype,
+written after each size so that a run cut short keeps what it checked; `check_s` is the row's wall time
+(the first row of a size also runs transformers, and on a fresh machine compiles the kernels).
+`--sizes tiny` runs the test preset (any device).
 
     python bench/sizes_check.py --sizes 0.6b,1.7b,4b,8b --out bench/results
 """
@@ -74,6 +76,7 @@ def check(size: str, root: Path, prompt_len: int, new_tokens: int) -> list[dict]
     written_s = time.perf_counter() - t0
     rows, ref = [], None
     for weights in ("fp32", "bf16"):
+        tic = time.perf_counter()
         engine = tileinfer.load(target, draft=drafter, weights=weights)
         if ref is None:
             ids = torch.randint(0, engine.config.vocab_size, (prompt_len,),
@@ -92,7 +95,7 @@ def check(size: str, root: Path, prompt_len: int, new_tokens: int) -> list[dict]
             logits_rel_err=err, transformers_bf16_rel_err=ref["bf16"]["err"], tolerance=bound, logits_ok=err <= bound,
             greedy_tokens_agree_with_transformers=agree, dflash_equals_greedy=spec.tokens == exact_plain.tokens,
             plain_tok_s=plain.stats.decode_tok_s, dflash_tokens_per_step=spec.stats.mean_tokens_per_step,
-            checkpoint_write_s=written_s, weights_kind="random"))
+            checkpoint_write_s=written_s, check_s=time.perf_counter() - tic, weights_kind="random"))
         print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
         del engine
         free(ref["logits"].device)
