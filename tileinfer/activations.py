@@ -91,13 +91,13 @@ class ActivationModel:
         size, b, h = self.block_size, self.b, self.target.hidden
         kv_len = max_length + size
         verify = self._layer_bytes(self.target, size, kv_len, causal=True, decode=True, max_length=max_length)
-        peak = max(verify, self._logits_bytes(size) + 4 * b(size, h))
+        peak = max(verify, self._logits_bytes(size) + self._final_norm_bytes(size, h))
         if self.drafter is not None:
             d = self.drafter.hidden
             draft = max(self._append_context_bytes(size),
                         self._layer_bytes(self.drafter, size, kv_len, causal=False, decode=True,
                                           max_length=max_length),
-                        self._logits_bytes(size - 1) + 4 * b(size, d))
+                        self._logits_bytes(size - 1) + self._final_norm_bytes(size, d))
             peak = max(peak, draft)
         return peak + 4 * b(size, e=8)  # positions, KV lengths, matches, posterior
 
@@ -106,6 +106,14 @@ class ActivationModel:
     def _embedding_bytes(self, t: int) -> int:
         h = self.target.hidden
         return self.b(t, h) + (2 * self.b(t, h, e=4) if self.int8 else 0)
+
+    def _final_norm_bytes(self, t: int, hidden: int) -> int:
+        """The last layer's stream and what the final RMSNorm writes beside it: its output, and the
+        stream's sum where h and residual are still apart (the reference ops' fp32 copies: 4 tensors)."""
+        b = self.b
+        if self.reference or not (self.fused_layers and t <= SKINNY_MAX_M):
+            return 4 * b(t, hidden)
+        return 2 * b(t, hidden)
 
     def _logits_bytes(self, t: int) -> int:
         if t <= 0:

@@ -26,10 +26,13 @@ from tileinfer.ops.backend import Ops
 from tileinfer.shapes import DrafterShape, ModelShape
 
 # Held by the CUDA caching allocator beyond the tensors the plan counts: cuBLAS workspaces once GEMMs
-# ran (32 MiB per stream on Hopper: prefill on the default stream, graph warm-up on a side stream), and
-# the rounding of the step graphs' private pool, carved in 2 MiB (small) and 20 MiB (large) segments.
+# ran (32 MiB per stream on Hopper: prefill on the default stream, graph warm-up on a side stream), the
+# rounding of the step graphs' private pool, carved in 2 MiB (small) and 20 MiB (large) segments, and
+# whole blocks: a tensor of a MiB or more is handed a block up to 1 MiB larger when the rest would be
+# no more (8 such tensors are live at the Qwen3-4B prefill peaks, bench/results/memory_plan_h200.csv).
 CUDA_WORKSPACE_BYTES = 2 * 32 * 2**20
 GRAPH_POOL_SLACK_BYTES = 24 * 2**20
+WHOLE_BLOCK_SLACK_BYTES = 8 * 2**20
 GB = 1e9
 
 
@@ -55,7 +58,8 @@ class MemoryModel:
     def allocator_bytes(self) -> int:
         """What the CUDA caching allocator holds beyond the planned tensors (0 off CUDA)."""
         a = self.activations
-        return CUDA_WORKSPACE_BYTES + GRAPH_POOL_SLACK_BYTES if a.cuda and a.backend == "triton" else 0
+        return CUDA_WORKSPACE_BYTES + GRAPH_POOL_SLACK_BYTES + WHOLE_BLOCK_SLACK_BYTES \
+            if a.cuda and a.backend == "triton" else 0
 
     def with_prefill_chunk(self, chunk: int) -> MemoryModel:
         return dataclasses.replace(self, activations=dataclasses.replace(self.activations, prefill_chunk=chunk))
