@@ -218,7 +218,7 @@ class ActivationModel:
             scores = 2 * b(hq, t, kv_len, e=4) + (b(t, kv_len, e=1) if causal else 0)  # scores, probs, mask
             return kv + max(b(kv_len, hk, d, e=4) if self.elem != 4 else 0, scores + 2 * b(t, hq, d, e=4))
         if decode:  # split-KV: partial outputs and log-sum-exps of every split, in fp32
-            if self.exact and causal:
+            if self.exact:  # the step's exact grid, the drafter's (even shares, not causal) as the verify's
                 splits = exact_grid_splits(exact_num_splits(max_length, self.max_num_splits))
             else:
                 splits = default_num_splits(max_length, t, self.max_num_splits)
