@@ -193,6 +193,8 @@ class ActivationModel:
         b, h, i, d, hq, hk = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads, s.kv_heads
         _, o_n, o_k = s.linears()[1]
         qkv, qk = b(t, s.qkv_rows), b(t, hq, d) + b(t, hk, d)
+        if decode and not self.reference:  # Ops.step_attention: norms, RoPE and the cache write inside
+            qk = rope = 0
         if self.fused_gemms:
             x = added = 0
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t) + self._norm_sums_bytes(s.qkv_rows, h, t, False)

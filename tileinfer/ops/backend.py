@@ -35,8 +35,8 @@ class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
     `fuse_norms`: steps of up to 16 tokens fold each RMSNorm into the projection after it and each residual
-    add into the projection before it (`norm_linear`, `linear_add`); None reads TILEINFER_FUSE_NORMS (1 or 0,
-    default 1)."""
+    add into the projection before it (`norm_linear`, `linear_add`), and the Q/K norms and RoPE into the
+    attention (`step_attention`); None reads TILEINFER_FUSE_NORMS (1 or 0, default 1)."""
 
     def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None):
         if backend not in BACKENDS:
@@ -57,6 +57,7 @@ class Ops:
             self.silu_mul = swiglu.silu_mul_ref
             self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
             self._linear_swiglu = None
+            self._step_kv = None
         else:
             from tileinfer.ops import decode_attention, prefill_attention
             self.rms_norm = rmsnorm.rms_norm
@@ -69,6 +70,7 @@ class Ops:
                 self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
                 self._linear_swiglu = None
             self._decode = decode_attention.decode_attention
+            self._step_kv = decode_attention.StepKV
             self._prefill = prefill_attention.prefill_attention
 
     def linear(self, x, lin):
@@ -99,6 +101,18 @@ class Ops:
         if self._fused_gemms:
             return self._linear_add(x, lin, residual, self.exact)
         return residual.add_(self.linear(x, lin))
+
+    def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
+                       ctx: AttentionContext):
+        """Attention of the projected q, k, v [T, heads, D]: Qwen3's Q/K RMSNorm and RoPE, this call's K/V
+        into the caches, then attention over them. With `fuse_norms`, a decode step on the Triton backend
+        does it all in the attention's launch (`decode_attention`'s step_kv)."""
+        if self.fuse_norms and self._step_kv is not None and ctx.kv_len_t is not None:
+            return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
+                                split_size=ctx.split_size, block_m=ctx.block_m,
+                                step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps))
+        q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache)
+        return self.attention(q, k_cache, v_cache, ctx)
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
         if self.backend == "torch":
