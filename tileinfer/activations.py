@@ -45,6 +45,7 @@ class ActivationModel:
     max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
     fused_layers: bool = False  # Ops.fuse_norms: layers of <= 16 tokens run fused_decoder_layer
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
+    step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -193,7 +194,7 @@ class ActivationModel:
         b, h, i, d, hq, hk = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads, s.kv_heads
         _, o_n, o_k = s.linears()[1]
         qkv, qk = b(t, s.qkv_rows), b(t, hq, d) + b(t, hk, d)
-        if decode and not self.reference:  # Ops.step_attention: norms, RoPE and the cache write inside
+        if decode and self.step_kv:  # Ops.step_attention: norms, RoPE and the cache write inside
             qk = rope = 0
         if self.fused_gemms:
             x = added = 0

@@ -74,7 +74,8 @@ class MemoryModel:
                                int8=engine.weights == "int8", backend=engine.backend, exact=engine.exact,
                                cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
                                max_num_splits=max_num_splits(engine.device),
-                               fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights)
+                               fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights,
+                               step_kv=engine.ops.step_kv)
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
                    weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
                    activations=acts)
@@ -101,7 +102,7 @@ class MemoryModel:
         acts = ActivationModel(target=target, drafter=draft.layers if draft else None, block_size=block,
                                num_taps=num_taps, elem=elem, int8=weights == "int8", backend=backend, exact=exact,
                                cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=ops.fuse_norms,
-                               fused_gemms=ops.folds_norm_weights)
+                               fused_gemms=ops.folds_norm_weights, step_kv=ops.step_kv)
         return cls(target=target, drafter=acts.drafter, max_positions=config.max_position_embeddings,
                    weights_bytes=weights_bytes, buffers_bytes=rope + state, activations=acts)
 
