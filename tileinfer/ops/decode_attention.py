@@ -35,6 +35,7 @@ from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.pdl import launch_options, prefetch_l2
+from tileinfer.ops.rope import norm_rope_rows
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
@@ -61,25 +62,6 @@ def _prefetch_rows_l2(base, start, end, stride_n, BLOCK_N: tl.constexpr, LINES: 
     for n0 in tl.range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         prefetch_l2(base + tl.where(n < end, n, start)[:, None] * stride_n + offs_l[None, :])
-
-
-@triton.jit
-def _norm_rope_rows(x_ptrs, x_rot_ptrs, w_ptr, cs_ptrs, mask, eps, HEAD_DIM: tl.constexpr):
-    """Per-head RMSNorm then RoPE (rotate-half) of a tile of rows [R, HEAD_DIM] in fp32, from `x_ptrs` and
-    the same rows' rotated columns (`x_rot_ptrs`, column d + D/2 mod D): no register shuffle needed.
-    `cs_ptrs` point at each row's cos_sin entry for column d mod D/2 (cos there, sin D/2 further)."""
-    half: tl.constexpr = HEAD_DIM // 2
-    d = tl.arange(0, HEAD_DIM)
-    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-    x_rot = tl.load(x_rot_ptrs, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
-    w = tl.load(w_ptr + d).to(tl.float32)
-    w_rot = tl.load(w_ptr + (d + half) % HEAD_DIM).to(tl.float32)
-    cos = tl.load(cs_ptrs, mask=mask, other=0.0)
-    sin = tl.load(cs_ptrs + half, mask=mask, other=0.0)
-    y = x * rstd[:, None] * w[None, :]
-    y_rot = x_rot * rstd[:, None] * w_rot[None, :]
-    return y * cos + tl.where((d < half)[None, :], -y_rot, y_rot) * sin
 
 
 @triton.jit
@@ -177,7 +159,7 @@ def _split_kv_attention_kernel(
     program then merges its partials (_merge_head).
 
     NORM_ROPE: Q holds the step's raw q, K_NEW / V_NEW its raw k / v (views of the qkv projection). Each
-    program norms and rotates its rows of q (`_norm_rope_rows`, the q_norm weight Q_W), and the programs
+    program norms and rotates its rows of q (`rope.norm_rope_rows`, the q_norm weight Q_W), and the programs
     whose share holds a step position p = POSITIONS[t] norm and rotate k[t] (K_W) into row p of the K cache
     and copy v[t] into the V cache before reading their share: no other program reads those rows."""
     kv_head = tl.program_id(0)
@@ -215,7 +197,7 @@ def _split_kv_attention_kernel(
         pos = tl.load(POSITIONS + t, mask=t < NUM_Q_TOKENS, other=-1).to(tl.int64)
         mine = ((t < NUM_Q_TOKENS) & (pos >= start) & (pos < end))[:, None]
         k_src = K_NEW + t[:, None] * stride_knt + kv_head * stride_knh
-        k_new = _norm_rope_rows(k_src + offs_d[None, :], k_src + offs_rot[None, :], K_W,
+        k_new = norm_rope_rows(k_src + offs_d[None, :], k_src + offs_rot[None, :], K_W,
                                 COS_SIN + pos[:, None] * stride_cs + offs_cs[None, :], mine, eps, HEAD_DIM)
         tl.store(K + pos[:, None] * stride_kn + kv_head * stride_kh + offs_d[None, :],
                  k_new.to(K.dtype.element_ty), mask=mine)
@@ -224,7 +206,7 @@ def _split_kv_attention_kernel(
         tl.debug_barrier()
         q_src = Q + token[:, None] * stride_qt + head[:, None] * stride_qh
         q_pos_t = tl.load(POSITIONS + token, mask=row_valid, other=0).to(tl.int64)
-        q = _norm_rope_rows(q_src + offs_d[None, :] * stride_qd, q_src + offs_rot[None, :] * stride_qd, Q_W,
+        q = norm_rope_rows(q_src + offs_d[None, :] * stride_qd, q_src + offs_rot[None, :] * stride_qd, Q_W,
                             COS_SIN + q_pos_t[:, None] * stride_cs + offs_cs[None, :], row_valid[:, None], eps,
                             HEAD_DIM)
         q = q.to(Q.dtype.element_ty)  # rounded as the two-launch path stores it
