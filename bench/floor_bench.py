@@ -14,7 +14,9 @@ and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, 
 `--fuse-norms off,on` without and with the RMSNorms and residual adds folded into the GEMMs
 (TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused); `--prefetch-k 0,4` without and with each
 skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K);
-`--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait.
+`--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
+`--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
+(TILEINFER_STEP_KV, fused layers only).
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
 """
@@ -71,7 +73,7 @@ def measure_model(model, args, bandwidth, record, cublas=True):
     g = torch.Generator().manual_seed(0)
     for weights in args.weights:
         engine = tileinfer.load(target, draft=drafter, weights=weights)
-        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off"}
+        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": "on" if engine.ops.step_kv else "off"}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
@@ -99,22 +101,25 @@ def measure_model(model, args, bandwidth, record, cublas=True):
             counts = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
             record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device)
-                   | {"fuse_norms": "off", "prefetch_k": 0})
+                   | {"fuse_norms": "off", "step_kv": "off", "prefetch_k": 0})
         del engine
         gc.collect()
 
 
 @contextmanager
-def fuse_norms_env(on: bool):
-    was = os.environ.get("TILEINFER_FUSE_NORMS")
-    os.environ["TILEINFER_FUSE_NORMS"] = "1" if on else "0"
+def switches_env(**on: bool):
+    """TILEINFER_<NAME> set to 1 or 0 for each switch, for the engines loaded inside."""
+    names = {f"TILEINFER_{name.upper()}": value for name, value in on.items()}
+    was = {name: os.environ.get(name) for name in names}
+    os.environ.update({name: "1" if value else "0" for name, value in names.items()})
     try:
         yield
     finally:
-        if was is None:
-            del os.environ["TILEINFER_FUSE_NORMS"]
-        else:
-            os.environ["TILEINFER_FUSE_NORMS"] = was
+        for name, value in was.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def main(argv=None):
@@ -133,6 +138,7 @@ def main(argv=None):
     parser.add_argument("--prefetch-k", default="0",
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
     parser.add_argument("--kv-prefetch", default="on", help="off, on or off,on: attention K/V asked of L2 before PDL's wait")
+    parser.add_argument("--step-kv", default="on", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     try:
@@ -141,10 +147,11 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl, args.fuse_norms, args.kv_prefetch = (s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch))
+    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv = (
+        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv))
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
-                               ("--kv-prefetch", args.kv_prefetch, ("off", "on"))):
+                               ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on"))):
         unknown = [x for x in given if x not in known]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -167,26 +174,33 @@ def main(argv=None):
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
-            for fuse, blocks, kv in itertools.product(args.fuse_norms, args.prefetch_k, args.kv_prefetch):
+            for fuse, blocks, kv, step_kv in itertools.product(args.fuse_norms, args.prefetch_k, args.kv_prefetch,
+                                                                args.step_kv):
+                if fuse == "off" and step_kv == "on" and "off" in args.step_kv:
+                    continue  # unfused layers have no step_kv: measured once, as "off"
                 gemm_configs.set_prefetch_k(blocks)
                 decode_attention.set_kv_prefetch(kv == "on")
-                with fuse_norms_env(fuse == "on"):  # read by the engines loaded inside
-                    first = (fuse, blocks, kv) == (args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0])
+                with switches_env(fuse_norms=fuse == "on", step_kv=step_kv == "on"):  # read by the engines loaded inside
+                    first = (fuse, blocks, kv, step_kv) == (args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0],
+                                                            args.step_kv[0])
                     measure_model(model, args, bandwidth, record, cublas=first)
                 # written after each model, so a run cut short keeps what it measured
                 path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}: done at "
+                print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
+                      f"step K/V {step_kv}: done at "
                       f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3}")
+          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3} "
+          f"{'skv':>3}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3}")
+              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
+              f"{r['step_kv']:>3}")
     return rows
 
 

@@ -1,7 +1,9 @@
 """The memory plan against the CUDA allocator's peaks, for the embedded pair and a Qwen3-shaped random pair.
 
-Prefill: the peak allocated above what was held before one prefill (after a warm-up prefill, so
-workspaces that stay held are not counted twice) against `memory_plan(...).prefill_activation_bytes`.
+Prefill: the peak of the tensors allocated above what was held before one prefill (after a warm-up
+prefill, so workspaces that stay held are not counted twice) against
+`memory_plan(...).prefill_activation_bytes`; beside it the allocator's block peak, which must stay within
+the plan and its share for whole blocks (WHOLE_BLOCK_SLACK_BYTES).
 Step: the peak of one eager step's phases against `step_activation_bytes`. Pass: `plan_covers` (measured ≤
 plan ≤ 1.10 × measured, or a few allocator granules over at tiny shapes). A row that fails names the
 largest blocks live at its peak and the code that allocated them (`live_at_peak`).
@@ -20,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tileinfer  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT, prepare_random  # noqa: E402
-from tileinfer_profiling.memory_peaks import live_at_peak, measure_peak_bytes, plan_covers  # noqa: E402
+from tileinfer.memory import WHOLE_BLOCK_SLACK_BYTES  # noqa: E402
+from tileinfer_profiling.memory_peaks import block_peak_bytes, live_at_peak, measure_peak_bytes, plan_covers  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 
 
@@ -51,13 +54,17 @@ def check(engine, label: str, prompt_lens, new_tokens: int) -> list[dict]:
 
 
 def judged(engine, call, row: dict) -> dict:
-    """The row with its verdict; a failing row (on CUDA) also names the largest blocks live at the peak
-    of `call`, run once more."""
+    """The row with its verdict; on CUDA also the allocator's block peak of `call` run once more and, for
+    a failing row, the largest tensors live at its peak."""
     row["plan_over_measured"] = row["planned_bytes"] / row["measured_bytes"]
     row["ok"] = plan_covers(row["planned_bytes"], row["measured_bytes"])
-    if not row["ok"] and torch.device(engine.device).type == "cuda":
-        _, blocks = live_at_peak(call, engine.device, top=8)
-        row["live_at_peak"] = "; ".join(f"{size}B {where}" for size, where in blocks)
+    if torch.device(engine.device).type == "cuda":
+        row["allocator_block_bytes"] = block_peak_bytes(call, engine.device)
+        row["blocks_covered"] = row["allocator_block_bytes"] <= row["planned_bytes"] + WHOLE_BLOCK_SLACK_BYTES
+        row["ok"] = row["ok"] and row["blocks_covered"]
+        if not row["ok"]:
+            _, blocks = live_at_peak(call, engine.device, top=8)
+            row["live_at_peak"] = "; ".join(f"{size}B {where}" for size, where in blocks)
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     return row
 

@@ -49,6 +49,9 @@ def test_unknown_point_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         floor_bench.main(["--models", "tiny", "--points", "tiny", "--kv-prefetch", "yes", "--out", str(tmp_path)])
     assert "--kv-prefetch: unknown yes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--step-kv", "both", "--out", str(tmp_path)])
+    assert "--step-kv: unknown both" in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))
 
 

@@ -115,6 +115,38 @@ def test_fuse_norms_environment(monkeypatch):
         Ops("torch")
 
 
+def test_step_kv_setting(monkeypatch):
+    monkeypatch.delenv("TILEINFER_STEP_KV", raising=False)
+    assert Ops("triton", fuse_norms=True).step_kv
+    assert not Ops("triton", fuse_norms=True, step_kv=False).step_kv
+    assert not Ops("triton", fuse_norms=False, step_kv=True).step_kv, "only fused layers take it"
+    assert not Ops("torch", fuse_norms=True, step_kv=True).step_kv, "the reference backend keeps two ops"
+    monkeypatch.setenv("TILEINFER_STEP_KV", "0")
+    assert not Ops("triton", fuse_norms=True).step_kv
+    monkeypatch.setenv("TILEINFER_STEP_KV", "on")
+    with pytest.raises(ConfigError, match="TILEINFER_STEP_KV must be 1 or 0"):
+        Ops("triton", fuse_norms=True)
+
+
+def test_step_kv_decodes_as_two_launches_do(tmp_path, monkeypatch):
+    """Greedy DFlash in exact mode with the Q/K norms, RoPE and KV write inside the attention's launch
+    and with them in their own: the same tokens, and K/V caches that agree."""
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    ids = torch.randint(0, 150, (21,), generator=torch.Generator().manual_seed(3)).tolist()
+    runs = {}
+    for step_kv in ("0", "1"):
+        monkeypatch.setenv("TILEINFER_STEP_KV", step_kv)
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
+        assert engine.ops.step_kv == (step_kv == "1")
+        tokens = engine.generate(ids, 12, stop_ids=[]).tokens
+        n = len(ids) + len(tokens) - 1
+        runs[step_kv] = tokens, engine.cache.k[:, :n].float(), engine.cache.v[:, :n].float()
+    assert runs["1"][0] == runs["0"][0]
+    assert_close(runs["1"][1], runs["0"][1], atol=2e-2, rtol=2e-2, what="K cache")
+    assert torch.equal(runs["1"][2], runs["0"][2]), "V goes into the cache as projected"
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_fused_layers_match_unfused_logits(tmp_path, monkeypatch, backend):
     target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)

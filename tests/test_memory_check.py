@@ -5,7 +5,8 @@ import torch
 
 import tileinfer
 from bench import memory_check
-from tileinfer_profiling.memory_peaks import PLAN_MARGIN, PLAN_SLACK, live_at_peak, plan_covers
+from tileinfer_profiling.memory_peaks import (PLAN_MARGIN, PLAN_SLACK, block_peak_bytes, live_at_peak,
+                                              measure_peak_bytes, plan_covers)
 
 
 def test_rows_name_the_peak_phase():
@@ -32,6 +33,20 @@ def test_live_at_peak_names_the_blocks_and_their_code():
     assert peak == 4 << 20
     assert [size for size, _ in blocks] == [3 << 20, 1 << 20]
     assert all(where.startswith("tests/test_memory_check.py:") and where.endswith(" call") for _, where in blocks)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator trace is CUDA's")
+def test_cuda_peak_counts_tensors_in_granules_not_whole_blocks():
+    def call():
+        a = torch.empty(19 << 20, dtype=torch.uint8, device="cuda")  # a 20 MiB segment, handed out whole
+        b = torch.empty(1000, dtype=torch.uint8, device="cuda")
+        return a, b
+
+    torch.cuda.empty_cache()
+    _, peak = measure_peak_bytes(call, "cuda")
+    assert peak == (19 << 20) + 1024
+    torch.cuda.empty_cache()
+    assert block_peak_bytes(call, "cuda") >= peak
 
 
 def test_plan_covers_margin_and_slack():

@@ -45,6 +45,7 @@ class ActivationModel:
     max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
     fused_layers: bool = False  # Ops.fuse_norms: layers of <= 16 tokens run fused_decoder_layer
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
+    step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -91,13 +92,13 @@ class ActivationModel:
         size, b, h = self.block_size, self.b, self.target.hidden
         kv_len = max_length + size
         verify = self._layer_bytes(self.target, size, kv_len, causal=True, decode=True, max_length=max_length)
-        peak = max(verify, self._logits_bytes(size) + 4 * b(size, h))
+        peak = max(verify, self._logits_bytes(size) + self._final_norm_bytes(size, h))
         if self.drafter is not None:
             d = self.drafter.hidden
             draft = max(self._append_context_bytes(size),
                         self._layer_bytes(self.drafter, size, kv_len, causal=False, decode=True,
                                           max_length=max_length),
-                        self._logits_bytes(size - 1) + 4 * b(size, d))
+                        self._logits_bytes(size - 1) + self._final_norm_bytes(size, d))
             peak = max(peak, draft)
         return peak + 4 * b(size, e=8)  # positions, KV lengths, matches, posterior
 
@@ -106,6 +107,14 @@ class ActivationModel:
     def _embedding_bytes(self, t: int) -> int:
         h = self.target.hidden
         return self.b(t, h) + (2 * self.b(t, h, e=4) if self.int8 else 0)
+
+    def _final_norm_bytes(self, t: int, hidden: int) -> int:
+        """The last layer's stream and what the final RMSNorm writes beside it: its output, and the
+        stream's sum where h and residual are still apart (the reference ops' fp32 copies: 4 tensors)."""
+        b = self.b
+        if self.reference or not (self.fused_layers and t <= SKINNY_MAX_M):
+            return 4 * b(t, hidden)
+        return 2 * b(t, hidden)
 
     def _logits_bytes(self, t: int) -> int:
         if t <= 0:
@@ -185,6 +194,8 @@ class ActivationModel:
         b, h, i, d, hq, hk = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads, s.kv_heads
         _, o_n, o_k = s.linears()[1]
         qkv, qk = b(t, s.qkv_rows), b(t, hq, d) + b(t, hk, d)
+        if decode and self.step_kv:  # Ops.step_attention: norms, RoPE and the cache write inside
+            qk = rope = 0
         if self.fused_gemms:
             x = added = 0
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t) + self._norm_sums_bytes(s.qkv_rows, h, t, False)
@@ -210,7 +221,7 @@ class ActivationModel:
             scores = 2 * b(hq, t, kv_len, e=4) + (b(t, kv_len, e=1) if causal else 0)  # scores, probs, mask
             return kv + max(b(kv_len, hk, d, e=4) if self.elem != 4 else 0, scores + 2 * b(t, hq, d, e=4))
         if decode:  # split-KV: partial outputs and log-sum-exps of every split, in fp32
-            if self.exact and causal:
+            if self.exact:  # the step's exact grid, the drafter's (even shares, not causal) as the verify's
                 splits = exact_grid_splits(exact_num_splits(max_length, self.max_num_splits))
             else:
                 splits = default_num_splits(max_length, t, self.max_num_splits)

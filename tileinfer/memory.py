@@ -26,10 +26,13 @@ from tileinfer.ops.backend import Ops
 from tileinfer.shapes import DrafterShape, ModelShape
 
 # Held by the CUDA caching allocator beyond the tensors the plan counts: cuBLAS workspaces once GEMMs
-# ran (32 MiB per stream on Hopper: prefill on the default stream, graph warm-up on a side stream), and
-# the rounding of the step graphs' private pool, carved in 2 MiB (small) and 20 MiB (large) segments.
+# ran (32 MiB per stream on Hopper: prefill on the default stream, graph warm-up on a side stream), the
+# rounding of the step graphs' private pool, carved in 2 MiB (small) and 20 MiB (large) segments, and
+# whole blocks: a tensor of a MiB or more is handed a block up to 1 MiB larger when the rest would be
+# no more (8 such tensors are live at the Qwen3-4B prefill peaks, bench/results/memory_plan_h200.csv).
 CUDA_WORKSPACE_BYTES = 2 * 32 * 2**20
 GRAPH_POOL_SLACK_BYTES = 24 * 2**20
+WHOLE_BLOCK_SLACK_BYTES = 8 * 2**20
 GB = 1e9
 
 
@@ -55,7 +58,8 @@ class MemoryModel:
     def allocator_bytes(self) -> int:
         """What the CUDA caching allocator holds beyond the planned tensors (0 off CUDA)."""
         a = self.activations
-        return CUDA_WORKSPACE_BYTES + GRAPH_POOL_SLACK_BYTES if a.cuda and a.backend == "triton" else 0
+        return CUDA_WORKSPACE_BYTES + GRAPH_POOL_SLACK_BYTES + WHOLE_BLOCK_SLACK_BYTES \
+            if a.cuda and a.backend == "triton" else 0
 
     def with_prefill_chunk(self, chunk: int) -> MemoryModel:
         return dataclasses.replace(self, activations=dataclasses.replace(self.activations, prefill_chunk=chunk))
@@ -70,7 +74,8 @@ class MemoryModel:
                                int8=engine.weights == "int8", backend=engine.backend, exact=engine.exact,
                                cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
                                max_num_splits=max_num_splits(engine.device),
-                               fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights)
+                               fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights,
+                               step_kv=engine.ops.step_kv)
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
                    weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
                    activations=acts)
@@ -97,7 +102,7 @@ class MemoryModel:
         acts = ActivationModel(target=target, drafter=draft.layers if draft else None, block_size=block,
                                num_taps=num_taps, elem=elem, int8=weights == "int8", backend=backend, exact=exact,
                                cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=ops.fuse_norms,
-                               fused_gemms=ops.folds_norm_weights)
+                               fused_gemms=ops.folds_norm_weights, step_kv=ops.step_kv)
         return cls(target=target, drafter=acts.drafter, max_positions=config.max_position_embeddings,
                    weights_bytes=weights_bytes, buffers_bytes=rope + state, activations=acts)
 

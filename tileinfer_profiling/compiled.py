@@ -49,6 +49,7 @@ PIPES = {
     "shuffle": (1, ("SHFL",)),
 }
 CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
+STEP_KV = " + q/k norm, RoPE, KV write"  # the engine's decode steps with fused layers
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -90,6 +91,8 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case("silu_mul", f"{chunk}x{s.intermediate}", chunk)]  # steps fuse it into the gate_up GEMM
     out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
+    out += [Case(f"decode attention{STEP_KV}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
+    out += [Case(f"drafter attention{STEP_KV}", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
     return out
 
@@ -372,8 +375,17 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True)
         return ""
     kv_len = torch.tensor([CONTEXT + t], dtype=torch.int32)
-    decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len, causal=case.op == "decode attention",
-                                      num_splits=default_num_splits(CONTEXT + t, t))
+    step_kv = None
+    if case.op.endswith(STEP_KV):  # the step's raw q/k/v, views of one qkv projection output
+        qkv = torch.empty(t, (heads + 2 * kv) * hd, dtype=bf16)
+        q = qkv[:, : heads * hd].view(t, heads, hd)
+        step_kv = decode_attention.StepKV(
+            qkv[:, heads * hd: (heads + kv) * hd].view(t, kv, hd), qkv[:, (heads + kv) * hd:].view(t, kv, hd),
+            torch.empty(hd, dtype=bf16), torch.empty(hd, dtype=bf16),
+            torch.empty(CONTEXT + t, hd, dtype=torch.float32), torch.zeros(t, dtype=torch.int64), 1e-6)
+    decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
+                                      causal=case.op.startswith("decode attention"),
+                                      num_splits=default_num_splits(CONTEXT + t, t), step_kv=step_kv)
     return ""
 
 

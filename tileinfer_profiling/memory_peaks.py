@@ -1,6 +1,18 @@
-"""Peak bytes a call allocates on its device: what the memory plan is checked against."""
+"""Peak bytes a call allocates on its device: what the memory plan is checked against.
+
+The plan counts tensors: each one's bytes rounded to the CUDA caching allocator's 512-B granule. On
+CUDA the peak is taken from the allocator's own trace of the call, as requested. The allocator's block
+statistics (`torch.cuda.max_memory_allocated`) can be higher by up to 1 MiB per large tensor: it hands
+out a block whole when the rest would be 1 MiB or less, so what a tensor is charged depends on the
+segments earlier calls left cached. The plan covers that separately, in its allocator share.
+"""
+
+import gc
+from contextlib import contextmanager
 
 import torch
+
+from tileinfer.activations import CUDA_ALLOCATION_BYTES
 
 # A plan covers a measured peak when measured <= plan <= max(PLAN_MARGIN × measured, measured + PLAN_SLACK):
 # at tiny shapes the plan may hold a few more 512-B allocator granules than one call measured.
@@ -13,24 +25,17 @@ def plan_covers(planned: int, measured: int) -> bool:
 
 
 def measure_peak_bytes(fn, device) -> tuple[object, int]:
-    """(fn(), peak bytes allocated during the call above what was allocated before it).
+    """(fn(), peak bytes of the tensors the call allocated above what was allocated before it).
 
-    CUDA: the caching allocator's peak (torch.cuda.max_memory_allocated, blocks as allocated, rounded),
-    from an emptied cache: a cached block reused whole counts its unsplit remainder (up to 1 MiB) as
-    allocated, which depends on what ran before, not on the call.
-    CPU: the allocation events of torch.profiler (tensors only).
+    CUDA: from the caching allocator's trace (`traced_peak`). CPU: the allocation events of torch.profiler,
+    with the Triton interpreter's garbage collected after each launch.
     """
     device = torch.device(device)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        result = fn()
-        torch.cuda.synchronize(device)
-        return result, torch.cuda.max_memory_allocated(device) - before
+        result, peak, _ = traced_peak(fn, device)
+        return result, peak
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _interpreter_cycles_collected(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                     key=lambda e: e.start_ns())
@@ -41,31 +46,79 @@ def measure_peak_bytes(fn, device) -> tuple[object, int]:
     return result, peak
 
 
-def live_at_peak(fn, device, top: int = 12) -> tuple[int, list[tuple[int, str]]]:
-    """(peak bytes above the start, the `top` largest blocks live at that peak as (bytes, where)) of one
-    CUDA call, from the caching allocator's trace; `where` names the code that allocated the block."""
+@contextmanager
+def _interpreter_cycles_collected():
+    """Each launch of the Triton interpreter leaves reference cycles (its nested `_to_cpu`/`_from_cpu`
+    closures) that keep the launch's tensors until Python's cyclic GC runs, so a CPU peak would depend on
+    when it runs (the same step read 16,580 B to 66,108 B). Collecting after every launch frees them when
+    the kernel is done, as on a GPU."""
+    from tileinfer.ops import INTERPRET
+    gc.collect()
+    if not INTERPRET:
+        yield
+        return
+    from triton.runtime import interpreter
+    call = interpreter.GridExecutor.__call__
+
+    def collected(self, *args, **kwargs):
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            gc.collect()
+
+    interpreter.GridExecutor.__call__ = collected
+    try:
+        yield
+    finally:
+        interpreter.GridExecutor.__call__ = call
+
+
+def block_peak_bytes(fn, device) -> int:
+    """Peak of the allocator's blocks during one CUDA call above what was allocated before it
+    (torch.cuda.max_memory_allocated): the tensors plus the unsplit rests of whole blocks."""
     device = torch.device(device)
     torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
+
+
+def traced_peak(fn, device) -> tuple[object, int, list[dict]]:
+    """(fn(), peak of the call's live tensors in 512-B granules, the allocations live at that peak) on
+    CUDA, from the caching allocator's trace of the call (Python stacks recorded)."""
+    device = torch.device(device)
+    torch.cuda.synchronize(device)
     torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python", device=device)
     try:
-        fn()
+        result = fn()
         torch.cuda.synchronize(device)
         snapshot = torch.cuda.memory._snapshot(device)
     finally:
         torch.cuda.memory._record_memory_history(enabled=None, device=device)
-    trace = snapshot["device_traces"][device.index or 0]
-    live, total, peak, at_peak = {}, 0, 0, {}
-    for event in trace:
+    live, total, peak, at_peak = {}, 0, 0, []
+    for event in snapshot["device_traces"][device.index if device.index is not None else torch.cuda.current_device()]:
         if event["action"] == "alloc":
             live[event["addr"]] = event
-            total += event["size"]
+            total += _granules(event["size"])
         elif event["action"] in ("free_requested", "free_completed") and event["addr"] in live:
-            total -= live.pop(event["addr"])["size"]
+            total -= _granules(live.pop(event["addr"])["size"])
         if total > peak:
-            peak, at_peak = total, dict(live)
-    blocks = sorted(at_peak.values(), key=lambda e: -e["size"])[:top]
+            peak, at_peak = total, list(live.values())
+    return result, peak, at_peak
+
+
+def live_at_peak(fn, device, top: int = 12) -> tuple[int, list[tuple[int, str]]]:
+    """(peak bytes of one CUDA call, the `top` largest tensors live at that peak as (bytes, where));
+    `where` names the code that allocated the tensor."""
+    _, peak, blocks = traced_peak(fn, device)
+    blocks = sorted(blocks, key=lambda e: -e["size"])[:top]
     return peak, [(e["size"], _where(e.get("frames", []))) for e in blocks]
+
+
+def _granules(n: int) -> int:
+    return -(-n // CUDA_ALLOCATION_BYTES) * CUDA_ALLOCATION_BYTES
 
 
 def _where(frames) -> str:

@@ -39,9 +39,8 @@ def self_attention(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, qkv, positi
     q = qkv[:, : hq * d].view(t, hq, d)
     k = qkv[:, hq * d: (hq + hk) * d].view(t, hk, d)
     v = qkv[:, (hq + hk) * d:].view(t, hk, d)
-    q, _ = ops.qk_norm_rope(q, k, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
-                            v=v, k_cache=k_cache, v_cache=v_cache)
-    return ops.attention(q, k_cache, v_cache, ctx).view(t, hq * d)
+    return ops.step_attention(q, k, v, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
+                              k_cache, v_cache, ctx).view(t, hq * d)
 
 
 def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positions, cos_sin,

@@ -23,12 +23,22 @@ class AttentionContext:
     block_m: int | None = None       # the query tile of the decode kernel, fixed in exact mode
 
 
+def _switch(name: str) -> bool:
+    env = os.environ.get(name, "1")
+    if env not in ("0", "1"):
+        raise ConfigError(f"{name} must be 1 or 0, got {env!r}")
+    return env == "1"
+
+
 def fuse_norms_setting() -> bool:
     """TILEINFER_FUSE_NORMS (1 or 0, default 1): fused decoder layers for steps of up to 16 tokens."""
-    env = os.environ.get("TILEINFER_FUSE_NORMS", "1")
-    if env not in ("0", "1"):
-        raise ConfigError(f"TILEINFER_FUSE_NORMS must be 1 or 0, got {env!r}")
-    return env == "1"
+    return _switch("TILEINFER_FUSE_NORMS")
+
+
+def step_kv_setting() -> bool:
+    """TILEINFER_STEP_KV (1 or 0, default 1): in fused layers, the Q/K norms, RoPE and KV write inside the
+    decode attention's launch (`Ops.step_attention`)."""
+    return _switch("TILEINFER_STEP_KV")
 
 
 class Ops:
@@ -36,9 +46,11 @@ class Ops:
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
     `fuse_norms`: steps of up to 16 tokens fold each RMSNorm into the projection after it and each residual
     add into the projection before it (`norm_linear`, `linear_add`); None reads TILEINFER_FUSE_NORMS (1 or 0,
-    default 1)."""
+    default 1). `step_kv`: with fused layers on the Triton backend, decode steps also take the Q/K norms,
+    RoPE and KV-cache write into the attention's launch (`step_attention`); None reads TILEINFER_STEP_KV."""
 
-    def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None):
+    def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None,
+                 step_kv: bool | None = None):
         if backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if linear not in LINEAR_IMPLS:
@@ -47,6 +59,7 @@ class Ops:
         self.backend = backend
         self.exact = exact
         self.fuse_norms = fuse_norms_setting() if fuse_norms is None else fuse_norms
+        self.step_kv = self.fuse_norms and backend == "triton" and (step_kv_setting() if step_kv is None else step_kv)
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add = lin.norm_linear, lin.linear_add
         self.embedding = lin.embedding
@@ -57,6 +70,7 @@ class Ops:
             self.silu_mul = swiglu.silu_mul_ref
             self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
             self._linear_swiglu = None
+            self._step_kv = None
         else:
             from tileinfer.ops import decode_attention, prefill_attention
             self.rms_norm = rmsnorm.rms_norm
@@ -69,6 +83,7 @@ class Ops:
                 self._linear = {False: lin.linear_ref, True: lin.linear_rows_ref}
                 self._linear_swiglu = None
             self._decode = decode_attention.decode_attention
+            self._step_kv = decode_attention.StepKV
             self._prefill = prefill_attention.prefill_attention
 
     def linear(self, x, lin):
@@ -99,6 +114,18 @@ class Ops:
         if self._fused_gemms:
             return self._linear_add(x, lin, residual, self.exact)
         return residual.add_(self.linear(x, lin))
+
+    def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
+                       ctx: AttentionContext):
+        """Attention of the projected q, k, v [T, heads, D]: Qwen3's Q/K RMSNorm and RoPE, this call's K/V
+        into the caches, then attention over them; with `step_kv`, a decode step does it all in the
+        attention's launch (`decode_attention`'s step_kv)."""
+        if self.step_kv and ctx.kv_len_t is not None:
+            return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
+                                split_size=ctx.split_size, block_m=ctx.block_m,
+                                step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps))
+        q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache)
+        return self.attention(q, k_cache, v_cache, ctx)
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
         if self.backend == "torch":

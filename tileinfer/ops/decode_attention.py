@@ -31,9 +31,11 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
+from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.pdl import launch_options, prefetch_l2
+from tileinfer.ops.rope import norm_rope_rows
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
@@ -134,17 +136,19 @@ def _merge_head(
 @triton.jit
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE, OUT, COUNTERS,
-    num_splits, split_size, qk_scale,
+    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS,
+    num_splits, split_size, qk_scale, eps,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
     stride_vn, stride_vh,
     stride_os, stride_ot, stride_oh,
     stride_ls, stride_lt,
     stride_out_t, stride_out_h,
+    stride_knt, stride_knh, stride_vnt, stride_vnh, stride_cs,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH_KV: tl.constexpr, LINES: tl.constexpr,
+    PREFETCH_KV: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -152,7 +156,12 @@ def _split_kv_attention_kernel(
     with chunk = split_size when given (> 0), else cdiv(cdiv(kv_len, num_splits), BLOCK_N) · BLOCK_N,
     and split s covering [s·chunk, min((s+1)·chunk, kv_len)) for s < cdiv(kv_len, chunk) (later splits do
     nothing). A row that sees none of its split's keys gets o = 0 and lse = −inf. The head's last live
-    program then merges its partials (_merge_head)."""
+    program then merges its partials (_merge_head).
+
+    NORM_ROPE: Q holds the step's raw q, K_NEW / V_NEW its raw k / v (views of the qkv projection). Each
+    program norms and rotates its rows of q (`rope.norm_rope_rows`, the q_norm weight Q_W), and the programs
+    whose share holds a step position p = POSITIONS[t] norm and rotate k[t] (K_W) into row p of the K cache
+    and copy v[t] into the V cache before reading their share: no other program reads those rows."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     kv_len = tl.load(KV_LEN).to(tl.int32)  # set at the step's start, before the kernel before this one
@@ -179,8 +188,31 @@ def _split_kv_attention_kernel(
     token = rows // GROUP
     head = kv_head * GROUP + rows % GROUP
     offs_d = tl.arange(0, HEAD_DIM)
-    q_ptrs = Q + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :] * stride_qd
-    q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
+    if NORM_ROPE:
+        offs_rot = (offs_d + HEAD_DIM // 2) % HEAD_DIM
+        offs_cs = offs_d % (HEAD_DIM // 2)
+        # The step's keys of this share, in a tile of NEW_ROWS rows whatever T is (the same bits for a row
+        # computed alone or in a block), stored before the loop below loads them (one CTA: the barrier).
+        t = tl.arange(0, NEW_ROWS)
+        pos = tl.load(POSITIONS + t, mask=t < NUM_Q_TOKENS, other=-1).to(tl.int64)
+        mine = ((t < NUM_Q_TOKENS) & (pos >= start) & (pos < end))[:, None]
+        k_src = K_NEW + t[:, None] * stride_knt + kv_head * stride_knh
+        k_new = norm_rope_rows(k_src + offs_d[None, :], k_src + offs_rot[None, :], K_W,
+                                COS_SIN + pos[:, None] * stride_cs + offs_cs[None, :], mine, eps, HEAD_DIM)
+        tl.store(K + pos[:, None] * stride_kn + kv_head * stride_kh + offs_d[None, :],
+                 k_new.to(K.dtype.element_ty), mask=mine)
+        v_new = tl.load(V_NEW + t[:, None] * stride_vnt + kv_head * stride_vnh + offs_d[None, :], mask=mine)
+        tl.store(V + pos[:, None] * stride_vn + kv_head * stride_vh + offs_d[None, :], v_new, mask=mine)
+        tl.debug_barrier()
+        q_src = Q + token[:, None] * stride_qt + head[:, None] * stride_qh
+        q_pos_t = tl.load(POSITIONS + token, mask=row_valid, other=0).to(tl.int64)
+        q = norm_rope_rows(q_src + offs_d[None, :] * stride_qd, q_src + offs_rot[None, :] * stride_qd, Q_W,
+                            COS_SIN + q_pos_t[:, None] * stride_cs + offs_cs[None, :], row_valid[:, None], eps,
+                            HEAD_DIM)
+        q = q.to(Q.dtype.element_ty)  # rounded as the two-launch path stores it
+    else:
+        q_ptrs = Q + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :] * stride_qd
+        q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
     q_pos = kv_len - NUM_Q_TOKENS + token
@@ -215,6 +247,20 @@ def _split_kv_attention_kernel(
         tl.atomic_xchg(COUNTERS + kv_head, 0, sem="relaxed")
 
 
+@dataclass(frozen=True)
+class StepKV:
+    """A step's raw K and V ([T, Hk, D] views of the qkv projection) with what Qwen3 applies before they
+    are cached: the per-head q_norm / k_norm weights [D], the RoPE table (`rope_cos_sin`), each token's
+    position [T] (read on the device) and the norms' eps."""
+    k: torch.Tensor
+    v: torch.Tensor
+    q_weight: torch.Tensor
+    k_weight: torch.Tensor
+    cos_sin: torch.Tensor
+    positions: torch.Tensor
+    eps: float
+
+
 def _check_inputs(q, k_cache, v_cache):
     if q.dim() != 3 or k_cache.dim() != 3 or v_cache.shape != k_cache.shape:
         raise ConfigError(
@@ -238,6 +284,23 @@ def _check_inputs(q, k_cache, v_cache):
     assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "KV cache rows must be contiguous"
 
 
+def _check_step_kv(q, k_cache, new: StepKV):
+    t, num_kv_heads, d = new.k.shape[0], k_cache.shape[1], k_cache.shape[2]
+    if new.k.shape != (t, num_kv_heads, d) or new.v.shape != new.k.shape or t != q.shape[0]:
+        raise ConfigError(f"step K/V must be [{q.shape[0]}, {num_kv_heads}, {d}] like the cache's rows, got k "
+                          f"{tuple(new.k.shape)}, v {tuple(new.v.shape)}")
+    if new.q_weight.shape != (d,) or new.k_weight.shape != (d,):
+        raise ConfigError(f"q_norm / k_norm weights must be [{d}], got {tuple(new.q_weight.shape)}, "
+                          f"{tuple(new.k_weight.shape)}")
+    if new.positions.shape != (t,) or new.positions.dtype not in (torch.int32, torch.int64):
+        raise ConfigError(f"positions must be [{t}] int32/int64, got {tuple(new.positions.shape)} {new.positions.dtype}")
+    if new.cos_sin.dtype != torch.float32 or new.cos_sin.shape[1] != d:
+        raise ConfigError(f"cos_sin must be an fp32 [positions, {d}] table, got {tuple(new.cos_sin.shape)} "
+                          f"{new.cos_sin.dtype}")
+    assert new.k.stride(2) == 1 and new.v.stride(2) == 1 and new.cos_sin.stride(1) == 1 and q.stride(2) == 1
+    assert new.k.dtype == k_cache.dtype == new.v.dtype, "the step's K/V go into the caches as they are typed"
+
+
 def merge_unroll(block_m: int, head_dim: int, num_warps: int) -> int:
     """Partials the merge keeps in flight: up to 4 while they fit in ~64 registers a thread beside the
     accumulator (a 64-row tile of 128 fp32 takes 64 on 4 warps: one at a time, else it spills)."""
@@ -255,14 +318,18 @@ class DecodeAttentionConfig:
 def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
-    num_stages: int | None = None,
+    num_stages: int | None = None, step_kv: StepKV | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
 
     ``split_size`` > 0 fixes each split to that many positions (a multiple of ``block_n``) instead of
     an even share of ``kv_len``: splits past the KV length are empty. ``block_m`` fixes the query tile
-    (T × group rows, padded); exact mode passes both so that rows do not depend on T or ``kv_len``."""
+    (T × group rows, padded); exact mode passes both so that rows do not depend on T or ``kv_len``.
+
+    ``step_kv``: q is the step's raw q, and the kernel applies Qwen3's Q/K RMSNorm and RoPE itself and
+    writes the step's K/V into the caches first: ``qk_norm_rope`` and this attention in one launch.
+    Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
     # and 3 stages 29.5; 4 stages 30.7; 8 warps 40.3; BLOCK_N 128: 32.4 (4 warps), 40.3 (8). BLOCK_N stays
@@ -302,27 +369,33 @@ def decode_attention(
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
     out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
     counters = arrival_counters(q.device, num_kv_heads)
+    new = step_kv or StepKV(q, q, q, q, q, kv_len, 0.0)  # without: stand-ins the kernel never reads
+    if step_kv is not None:
+        _check_step_kv(q, k_cache, step_kv)
 
     def launch(c: DecodeAttentionConfig):
         _split_kv_attention_kernel[(num_kv_heads, num_splits)](
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
-            num_splits, split_size, scale * LOG2E,
+            new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions,
+            num_splits, split_size, scale * LOG2E, new.eps,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1),
             mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
             mid_lse.stride(0), mid_lse.stride(1),
             out.stride(0), out.stride(1),
+            new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1), new.cos_sin.stride(0),
             NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
             BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
             MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_KV=kv_prefetch(), LINES=max(1, head_dim * k_cache.element_size() // 128),
+            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg,
-           q.device, _kv_prefetch)
+           q.device, _kv_prefetch, step_kv is not None)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
