@@ -123,7 +123,7 @@ def main(argv=None):
     rows = []
     for size in args.sizes.split(","):
         rows += check(size, Path(args.root), args.prompt_tokens, args.new_tokens)
-        path = write_rows([r | base for r in rows], out / f"sizes_{gpu_tag(base['gpu'])}.csv", last=tuple(base))
+        path = write_rows([r | base for r in rows], out / f"sizes_check_{gpu_tag(base['gpu'])}.csv", last=tuple(base))
         for d in Path(args.root).glob(f"{rows[-1]['model']}*"):  # free the disk for the next size
             shutil.rmtree(d, ignore_errors=True)
     print(f"\n{base['gpu']}, torch {base['torch']}, triton {base['triton']}, transformers {base['transformers']}, "
