@@ -1,7 +1,7 @@
 """Sampling on a GPU: speculative sampling lossless through CUDA graphs, its cost per step against
 greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
 
-    python bench/sampling_bench.py --out bench/results [--samples 20000] [--parts distribution,cost,acceptance]
+    python bench/sampling_bench.py --out bench/results [--samples 20000] [--max-seconds S] [--parts distribution,cost,acceptance]
 
 1. distribution: the embedded pair (FP32 weights, exact mode) samples the first tokens after an
    explain prompt --samples times per configuration (graph replays), against the distribution
@@ -46,17 +46,32 @@ MODES = {"greedy": {}, "T=1": {"temperature": 1.0}, "T=1, top-k 50, top-p 0.95":
 MIN_EXPECTED = 50
 
 
-def distribution(total, prompt_tokens):
+def sampled_runs(engine, prompt, name, samples, seconds, **kw):
+    """Up to `samples` seeded generate calls, fewer if `seconds` run out; progress every tenth."""
+    runs, tic = [], time.perf_counter()
+    for seed in range(samples):
+        runs.append(engine.generate(prompt, seed=seed, **kw))
+        elapsed = time.perf_counter() - tic
+        if (seed + 1) % max(1, samples // 10) == 0:
+            print(f"  {name}: {seed + 1}/{samples} samples in {elapsed:.0f} s "
+                  f"({elapsed / (seed + 1) * 1e3:.2f} ms each)", flush=True)
+        if elapsed > seconds:
+            print(f"  {name}: stopped at {seed + 1} samples, the time budget ({seconds:.0f} s) spent", flush=True)
+            break
+    return runs, time.perf_counter() - tic
+
+
+def distribution(total, prompt_tokens, max_seconds=float("inf")):
     engine = tileinfer.load(weights="fp32")
     prompt = benchmark_prompt(engine, "explain", "1k")[-prompt_tokens:]  # free text follows: many likely tokens
     logits = Conditionals(engine, prompt)
+    shares = sum(d[-1] for d in DISTRIBUTIONS.values())
     rows = []
     for name, (block, t, k, p, new_tokens, share) in DISTRIBUTIONS.items():
-        samples = max(1, round(total * share))
-        tic = time.perf_counter()
-        runs = [engine.generate(prompt, new_tokens, stop_ids=[], block_size=block, temperature=t, top_k=k, top_p=p,
-                                seed=seed) for seed in range(samples)]
-        sample_s = time.perf_counter() - tic
+        runs, sample_s = sampled_runs(engine, prompt, name, max(1, round(total * share)), max_seconds * share / shares,
+                                      max_new_tokens=new_tokens, stop_ids=[], block_size=block, temperature=t,
+                                      top_k=k, top_p=p)
+        samples = len(runs)
         tokens = [tuple(r.tokens) for r in runs]
         steps = sum(r.stats.steps for r in runs)
         for depth in (2, 4):
@@ -116,6 +131,8 @@ def main(argv=None):
     parser.add_argument("--parts", default="distribution,cost,acceptance")
     parser.add_argument("--samples", type=int, default=20_000,
                         help="runs of the DFlash distribution check (half as many for plain decoding)")
+    parser.add_argument("--max-seconds", type=float, default=float("inf"),
+                        help="sampling time of the distribution part, shared by its configurations (fewer samples)")
     parser.add_argument("--preset", default="qwen3-4b", help="random checkpoint timed in the cost part")
     parser.add_argument("--point", default="1k", help="prompt length of the cost part")
     parser.add_argument("--points", default="1k,8k", help="benchmark prompts of the acceptance part")
@@ -133,7 +150,7 @@ def main(argv=None):
     parts, tables = args.parts.split(","), {}
     t0 = time.perf_counter()
     if "distribution" in parts:
-        tables["distribution"] = distribution(args.samples, 16 if args.smoke else 64)
+        tables["distribution"] = distribution(args.samples, 16 if args.smoke else 64, args.max_seconds)
     if "cost" in parts:
         tables["cost"] = cost(args.preset, args.root, args.point, 16 if args.smoke else 128, args.repeats)
     if "acceptance" in parts:
