@@ -68,6 +68,7 @@ def test_cuda_graphs_equal_eager(pair, block_size):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 def test_launch_ahead_with_stops_and_limits(pair):
     """Steps launched before the previous one is read are discarded when a stop id or the length limit
     ends the request inside the previous one; the tokens are those of the eager, unpipelined run."""

@@ -1,5 +1,6 @@
 """INT8 weights end to end: agreement with BF16, lossless DFlash, save → load."""
 
+import pytest
 import torch
 
 import tileinfer
@@ -14,6 +15,7 @@ def agreement(a, b):
     return n
 
 
+@pytest.mark.slow
 def test_int8_greedy_against_bf16_and_lossless_dflash(tmp_path, capsys):
     target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16)
     bf16 = tileinfer.load(target, draft=draft, weights="bf16")

@@ -56,6 +56,7 @@ def test_batched_blocks_match_reference_forward():
                 torch.testing.assert_close(batched[b, j], ref[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_pipeline_few_steps(tmp_path):
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     sources = {"python": corpus.collect("python", [stdlib / "json", stdlib / "email"], limit=30)}
