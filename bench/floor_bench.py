@@ -138,7 +138,7 @@ def main(argv=None):
     parser.add_argument("--prefetch-k", default="0",
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
     parser.add_argument("--kv-prefetch", default="on", help="off, on or off,on: attention K/V asked of L2 before PDL's wait")
-    parser.add_argument("--step-kv", default="on", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
+    parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     try:

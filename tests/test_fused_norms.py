@@ -117,12 +117,13 @@ def test_fuse_norms_environment(monkeypatch):
 
 def test_step_kv_setting(monkeypatch):
     monkeypatch.delenv("TILEINFER_STEP_KV", raising=False)
-    assert Ops("triton", fuse_norms=True).step_kv
+    assert not Ops("triton", fuse_norms=True).step_kv, "off by default (measured slower per DFlash step)"
+    assert Ops("triton", fuse_norms=True, step_kv=True).step_kv
     assert not Ops("triton", fuse_norms=True, step_kv=False).step_kv
     assert not Ops("triton", fuse_norms=False, step_kv=True).step_kv, "only fused layers take it"
     assert not Ops("torch", fuse_norms=True, step_kv=True).step_kv, "the reference backend keeps two ops"
-    monkeypatch.setenv("TILEINFER_STEP_KV", "0")
-    assert not Ops("triton", fuse_norms=True).step_kv
+    monkeypatch.setenv("TILEINFER_STEP_KV", "1")
+    assert Ops("triton", fuse_norms=True).step_kv
     monkeypatch.setenv("TILEINFER_STEP_KV", "on")
     with pytest.raises(ConfigError, match="TILEINFER_STEP_KV must be 1 or 0"):
         Ops("triton", fuse_norms=True)

@@ -23,8 +23,8 @@ class AttentionContext:
     block_m: int | None = None       # the query tile of the decode kernel, fixed in exact mode
 
 
-def _switch(name: str) -> bool:
-    env = os.environ.get(name, "1")
+def _switch(name: str, default: str = "1") -> bool:
+    env = os.environ.get(name, default)
     if env not in ("0", "1"):
         raise ConfigError(f"{name} must be 1 or 0, got {env!r}")
     return env == "1"
@@ -36,9 +36,10 @@ def fuse_norms_setting() -> bool:
 
 
 def step_kv_setting() -> bool:
-    """TILEINFER_STEP_KV (1 or 0, default 1): in fused layers, the Q/K norms, RoPE and KV write inside the
-    decode attention's launch (`Ops.step_attention`)."""
-    return _switch("TILEINFER_STEP_KV")
+    """TILEINFER_STEP_KV (1 or 0, default 0): in fused layers, the Q/K norms, RoPE and KV write inside the
+    decode attention's launch (`Ops.step_attention`). Off by default: one launch fewer per layer, but on the
+    H200 no faster in plain decoding and 3 % slower per DFlash step (bench/results/floor_step_kv_h200.csv)."""
+    return _switch("TILEINFER_STEP_KV", default="0")
 
 
 class Ops:
