@@ -18,7 +18,9 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
 (TILEINFER_STEP_KV, fused layers only).
 
-Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears.
+Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
+`verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
+waiting on the host between steps.
 """
 
 import argparse
@@ -65,7 +67,9 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl="on" if pdl.enabled_for(device) else "off",
                 prefetch_k=gemm_configs.prefetch_k(), kv_prefetch="on" if decode_attention.kv_prefetch() else "off",
-                tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"])
+                tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
+                drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
+                gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
 
 
 def measure_model(model, args, bandwidth, record, cublas=True):
@@ -194,12 +198,12 @@ def main(argv=None):
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3} "
+          f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3} "
           f"{'skv':>3}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
+              f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
               f"{r['step_kv']:>3}")
     return rows
 
