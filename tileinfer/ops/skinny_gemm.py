@@ -148,6 +148,15 @@ def _rows_acc(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        # Σx² from loads of their own: summing the dot's operand (staged in shared memory by the pipeliner)
+        # gave wrong rows on the H200 when other kernels shared the GPU. Where the tile is small (the BF16
+        # wgmma configs) it is loaded one K-block ahead, so the sum does not wait out L2's latency in every
+        # iteration; the large INT8 tiles would spill.
+        AHEAD: tl.constexpr = NORM > 0 and BLOCK_M * BLOCK_K <= 2048
+        x_rows = x_ptr + offs_m[:, None] * stride_xm
+        if AHEAD:
+            offs_k = k_start + tl.arange(0, BLOCK_K)
+            xs_next = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & (offs_k < k_end)[None, :], other=0.0)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
@@ -156,12 +165,14 @@ def _rows_acc(
                 mask=m_mask[None, :] & k_mask[:, None], other=0.0,
             )
             if NORM:
-                # Σx² from a load of its own: summing the dot's operand (staged in shared memory by the
-                # pipeliner) gave wrong rows on the H200 when other kernels shared the GPU.
-                xs = tl.load(
-                    x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                    mask=m_mask[:, None] & k_mask[None, :], other=0.0,
-                ).to(tl.float32)
+                if AHEAD:
+                    xs = xs_next.to(tl.float32)
+                    ahead = offs_k + BLOCK_K
+                    xs_next = tl.load(x_rows + ahead[None, :], mask=m_mask[:, None] & (ahead < k_end)[None, :],
+                                      other=0.0)
+                else:
+                    xs = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :],
+                                 other=0.0).to(tl.float32)
                 ss += tl.sum(xs * xs, axis=1)
                 if NORM == 1:
                     g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
