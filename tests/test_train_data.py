@@ -140,3 +140,16 @@ def test_builder_makes_every_kind_at_every_row_length():
 def test_builder_rejects_unknown_kind():
     with pytest.raises(ValueError, match="unknown example kind 'poetry'"):
         data.build_dataset(None, {}, 1000, mix={"poetry": 1.0})
+
+
+def test_shares_on_the_command_line_are_checked():
+    from tools.train.__main__ import parse_mix, parse_seq_lens
+
+    assert parse_seq_lens("2048:0.5,8192:0.5") == {2048: 0.5, 8192: 0.5}
+    assert parse_mix("copy:0.25,edit:0.25,bench:0.5") == {"copy": 0.25, "edit": 0.25, "bench": 0.5}
+    for text, message in (("copy:0.5,poetry:0.5", "unknown kinds poetry"), ("copy:0.5,bench:0.4", "sum to 1"),
+                          ("copy=0.5", "name:0.5")):
+        with pytest.raises(SystemExit, match=message):
+            parse_mix(text)
+    with pytest.raises(SystemExit, match="must rise"):
+        parse_seq_lens("8192:0.5,2048:0.5")

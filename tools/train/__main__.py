@@ -10,14 +10,32 @@ import time
 from pathlib import Path
 
 
+def parse_shares(text, flag, key=str):
+    """"a:0.5,b:0.5" -> {a: 0.5, b: 0.5}, keys made by `key`; the shares must sum to 1."""
+    try:
+        out = {key(n): float(w) for n, w in (item.split(":") for item in text.split(","))}
+    except ValueError:
+        raise SystemExit(f"{flag} {text!r}: write names and shares as name:0.5,other:0.5")
+    if abs(sum(out.values()) - 1) > 1e-6:
+        raise SystemExit(f"{flag} {text!r}: the shares must sum to 1")
+    return out
+
+
 def parse_seq_lens(text):
     """"2048:0.5,4096:0.25,8192:0.25" -> {2048: 0.5, 4096: 0.25, 8192: 0.25} (shares of the tokens)."""
-    try:
-        out = {int(n): float(w) for n, w in (item.split(":") for item in text.split(","))}
-    except ValueError:
-        raise SystemExit(f"--seq-lens {text!r}: write row lengths and token shares as 2048:0.5,8192:0.5")
-    if sorted(out) != list(out) or abs(sum(out.values()) - 1) > 1e-6:
-        raise SystemExit(f"--seq-lens {text!r}: lengths must rise and shares sum to 1")
+    out = parse_shares(text, "--seq-lens", int)
+    if sorted(out) != list(out):
+        raise SystemExit(f"--seq-lens {text!r}: row lengths must rise")
+    return out
+
+
+def parse_mix(text):
+    """"copy:0.2,...,bench:0.3" -> the share of the tokens per kind of example (tools.train.data.MIX's kinds)."""
+    from tools.train.data import MIX
+    out = parse_shares(text, "--mix")
+    unknown = sorted(set(out) - set(MIX))
+    if unknown:
+        raise SystemExit(f"--mix {text!r}: unknown kinds {', '.join(unknown)} (known: {', '.join(MIX)})")
     return out
 
 
@@ -28,6 +46,7 @@ def cmd_data(args):
     t0 = time.perf_counter()
     out = Path(args.out)
     seq_lens = parse_seq_lens(args.seq_lens)
+    mix = parse_mix(args.mix) if args.mix else data.MIX
     sources = {"python": corpus.collect("python", seed=args.seed, limit=args.files),
                "c": corpus.collect("c", seed=args.seed, limit=args.c_files),
                "shell": corpus.collect("shell", seed=args.seed, limit=args.shell_files)}
@@ -48,12 +67,12 @@ def cmd_data(args):
     tokenizer.save_tokenizer(tok, out / "tokenizer", args.max_positions)
     print(f"tokenizer: {tok.get_vocab_size()} ids from {len(texts)} files + {len(julia)} modules, "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
-    buckets, counts = data.build_dataset(tok, sources, args.num_tokens, seq_lens, args.seed)
+    buckets, counts = data.build_dataset(tok, sources, args.num_tokens, seq_lens, args.seed, mix)
     prompts = data.eval_prompts(tok, range(args.eval_seeds), args.heldout_prompts)
     real = sum(int(b[1].sum()) for b in buckets.values())
     size = sum(b[0].size for b in buckets.values())
     meta = {"seed": args.seed, "tokens": real, "padding": round(1 - real / size, 4),
-            "rows": {n: len(b[0]) for n, b in buckets.items()}, "seq_lens": seq_lens, "kinds": counts,
+            "rows": {n: len(b[0]) for n, b in buckets.items()}, "seq_lens": seq_lens, "mix": mix, "kinds": counts,
             "julia_seeds": f">= {data.TRAIN_SEED0}",
             "files": {lang: [p for p, _ in src] for lang, src in sources.items()}}
     data.save_dataset(out, buckets, meta)
@@ -196,6 +215,8 @@ def main(argv=None):
     d.add_argument("--num-tokens", type=int, default=24_000_000,
                    help="real tokens in all; the rows must stay under the GPU call's 64 MiB carry")
     d.add_argument("--seq-lens", default="2048:0.5,4096:0.25,8192:0.25", help="row lengths and their token shares")
+    d.add_argument("--mix", default=None, help="token shares per kind of example, e.g. copy:0.2,edit:0.2,"
+                   "continue:0.1,explain:0.1,code:0.1,bench:0.3 (default: tools.train.data.MIX)")
     d.add_argument("--max-positions", type=int, default=16384)
     d.add_argument("--eval-seeds", type=int, default=8)
     d.add_argument("--heldout-prompts", type=int, default=4, help="held-out prompts per task and length")
