@@ -46,6 +46,8 @@ class ActivationModel:
     fused_layers: bool = False  # Ops.fuse_norms: layers of <= 16 tokens run fused_decoder_layer
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
     step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
+    fused_argmax: bool = False  # Ops.fused_argmax: greedy tokens come from the LM head's launch, no logits
+    sample: bool = False        # a sampling request: the verify's logits exist (drafts stay greedy)
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -92,13 +94,14 @@ class ActivationModel:
         size, b, h = self.block_size, self.b, self.target.hidden
         kv_len = max_length + size
         verify = self._layer_bytes(self.target, size, kv_len, causal=True, decode=True, max_length=max_length)
-        peak = max(verify, self._logits_bytes(size) + self._final_norm_bytes(size, h))
+        verify_logits = self._logits_bytes(size) if self.sample else self._greedy_bytes(size)
+        peak = max(verify, verify_logits + self._final_norm_bytes(size, h))
         if self.drafter is not None:
             d = self.drafter.hidden
             draft = max(self._append_context_bytes(size),
                         self._layer_bytes(self.drafter, size, kv_len, causal=False, decode=True,
                                           max_length=max_length),
-                        self._logits_bytes(size - 1) + self._final_norm_bytes(size, d))
+                        self._greedy_bytes(size - 1) + self._final_norm_bytes(size, d))
             peak = max(peak, draft)
         return peak + 4 * b(size, e=8)  # positions, KV lengths, matches, posterior
 
@@ -115,6 +118,13 @@ class ActivationModel:
         if self.reference or not (self.fused_layers and t <= SKINNY_MAX_M):
             return 4 * b(t, hidden)
         return 2 * b(t, hidden)
+
+    def _greedy_bytes(self, t: int) -> int:
+        """The LM head's greedy tokens on t rows: its logits and their argmax, or the ids alone where the
+        argmax is in its launch."""
+        if not self.fused_argmax or t <= 0:
+            return self._logits_bytes(t)
+        return self.b(t, e=8) + self._linear_scratch(self.target.vocab, self.target.hidden, t)
 
     def _logits_bytes(self, t: int) -> int:
         if t <= 0:

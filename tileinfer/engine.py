@@ -126,7 +126,7 @@ class Engine:
             positions = self.start_t + self.arange[:size]
             ctx = self._attention_ctx(shape, host_start, causal=False)
             hidden = drafter.draft(self.block_ids[:size], positions, self.draft_cache, ctx)
-            drafts = self.target.logits(hidden[1:size]).argmax(dim=-1)
+            drafts = self.target.greedy(hidden[1:size])
             self.block_ids[1:size].copy_(drafts)
 
     def _verify(self, shape: StepShape, host_start: int):
@@ -138,8 +138,9 @@ class Engine:
             taps = self.features[:size] if self.tap_ids and size > 1 else None
             h, residual = target.forward(self.block_ids[:size], positions, self.cache, ctx,
                                          taps=taps, tap_ids=self.tap_ids if taps is not None else ())
-            logits = target.logits(target.final_norm(h, residual))
-            posterior = None if shape.sample else logits.argmax(dim=-1)
+            normed = target.final_norm(h, residual)
+            logits = target.logits(normed) if shape.sample else None
+            posterior = None if shape.sample else target.greedy(normed)
         with tracing.annotate("accept"):
             if shape.sample:
                 accepted, posterior = self._sample(logits, self.block_ids[1:size], shape.filtered)
@@ -245,9 +246,11 @@ class Engine:
         stop = set(self.eos_token_ids if stop_ids is None else stop_ids)
         return ids, block_size, stop, params
 
-    def memory_plan(self, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None) -> memory.MemoryPlan:
-        """Weights, KV caches and peak activations in bytes for a request; with a budget, the longest prompt that fits."""
-        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes)
+    def memory_plan(self, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None,
+                    sample: bool = False) -> memory.MemoryPlan:
+        """Weights, KV caches and peak activations in bytes for a request (`sample`: temperature > 0); with a
+        budget, the longest prompt that fits."""
+        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes, sample=sample)
 
     def _sync(self):
         if self.is_cuda:
@@ -326,7 +329,7 @@ class Engine:
         ids, block, stop, params = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits,
                                                        temperature, top_k, top_p, seed)
         n_prompt = len(ids)
-        memory.check_budget(self, n_prompt, max_new_tokens)  # before anything is allocated
+        memory.check_budget(self, n_prompt, max_new_tokens, sample=not params.greedy)  # before any allocation
         max_length = n_prompt + max_new_tokens
         self._ensure_caches(max_length + 2 * self.block_max)
         use_graphs = self.is_cuda and not eager and self.backend == "triton"

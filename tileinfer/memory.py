@@ -64,6 +64,10 @@ class MemoryModel:
     def with_prefill_chunk(self, chunk: int) -> MemoryModel:
         return dataclasses.replace(self, activations=dataclasses.replace(self.activations, prefill_chunk=chunk))
 
+    def sampling(self, sample: bool = True) -> MemoryModel:
+        """The model of a sampling request (its verify steps keep their logits) or, False, a greedy one."""
+        return dataclasses.replace(self, activations=dataclasses.replace(self.activations, sample=sample))
+
     @classmethod
     def from_engine(cls, engine) -> MemoryModel:
         c, drafter = engine.config, engine.drafter
@@ -75,7 +79,7 @@ class MemoryModel:
                                cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
                                max_num_splits=max_num_splits(engine.device),
                                fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights,
-                               step_kv=engine.ops.step_kv)
+                               step_kv=engine.ops.step_kv, fused_argmax=engine.ops.fused_argmax)
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
                    weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
                    activations=acts)
@@ -102,7 +106,8 @@ class MemoryModel:
         acts = ActivationModel(target=target, drafter=draft.layers if draft else None, block_size=block,
                                num_taps=num_taps, elem=elem, int8=weights == "int8", backend=backend, exact=exact,
                                cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=ops.fuse_norms,
-                               fused_gemms=ops.folds_norm_weights, step_kv=ops.step_kv)
+                               fused_gemms=ops.folds_norm_weights, step_kv=ops.step_kv,
+                               fused_argmax=ops.fused_argmax)
         return cls(target=target, drafter=acts.drafter, max_positions=config.max_position_embeddings,
                    weights_bytes=weights_bytes, buffers_bytes=rope + state, activations=acts)
 
@@ -237,9 +242,10 @@ def held_buffer_bytes(engine) -> int:
 # ---- the engine's entry points -------------------------------------------------------------------
 
 def plan(engine, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None,
-         prefill_chunk: int | None = None) -> MemoryPlan:
-    """The memory plan of a request of `prompt_len` tokens + `max_new_tokens` on `engine`."""
-    model = MemoryModel.from_engine(engine)
+         prefill_chunk: int | None = None, sample: bool = False) -> MemoryPlan:
+    """The memory plan of a request of `prompt_len` tokens + `max_new_tokens` on `engine` (`sample`: one
+    that samples, temperature > 0)."""
+    model = MemoryModel.from_engine(engine).sampling(sample)
     if prefill_chunk is not None:
         model = model.with_prefill_chunk(prefill_chunk)
     return model.plan(prompt_len, max_new_tokens, budget_bytes)
@@ -262,12 +268,12 @@ def default_budget(device: torch.device) -> int | None:
     return budget
 
 
-def check_budget(engine, prompt_len: int, max_new_tokens: int) -> MemoryPlan | None:
+def check_budget(engine, prompt_len: int, max_new_tokens: int, sample: bool = False) -> MemoryPlan | None:
     """Raise RequestError when the request's plan exceeds the engine's memory budget; run before any allocation."""
     budget = engine.memory_budget if engine.memory_budget is not None else default_budget(engine.device)
     if budget is None or math.isinf(budget):
         return None
-    p = plan(engine, prompt_len, max_new_tokens, budget_bytes=int(budget))
+    p = plan(engine, prompt_len, max_new_tokens, budget_bytes=int(budget), sample=sample)
     if p.fits:
         return p
     longest = p.longest_prompt()

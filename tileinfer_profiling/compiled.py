@@ -66,9 +66,10 @@ class Case:
 
 
 # Ops.fuse_norms: the norms and adds folded in; "folded norm": the norm's weight carried by W (loading
-# folds it into float projections), "norm": applied in the loop (the drafter's qkv, INT8 checkpoints)
+# folds it into float projections), "norm": applied in the loop (the drafter's qkv, INT8 checkpoints);
+# "argmax": a greedy step's LM head writes token ids, not logits
 FUSED = {"qkv": ("norm", "folded norm"), "o": ("residual",), "gate_up": ("norm", "folded norm"),
-         "down": ("residual",)}
+         "down": ("residual",), "lm_head": ("argmax",)}
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
@@ -349,7 +350,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         norm = torch.empty(k, dtype=bf16) if case.op.endswith("+ norm") else None
         residual = torch.empty(t, n, dtype=bf16) if case.op.endswith("+ residual") else None
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual,
-                                unit_norm=case.op.endswith("+ folded norm"))
+                                unit_norm=case.op.endswith("+ folded norm"), argmax=case.op.endswith("+ argmax"))
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
         h = shape.hidden

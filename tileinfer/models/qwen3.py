@@ -163,6 +163,10 @@ class Qwen3ForCausalLM:
     def logits(self, hidden):
         return self.ops.linear(hidden, self.lm_head)
 
+    def greedy(self, hidden):
+        """logits(hidden).argmax(-1), without the logits where the ops fuse the argmax into the LM head."""
+        return self.ops.logits_argmax(hidden, self.lm_head)
+
     def named_linears(self):
         for i, layer in enumerate(self.layers):
             for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):

@@ -62,7 +62,7 @@ class Ops:
         self.fuse_norms = fuse_norms_setting() if fuse_norms is None else fuse_norms
         self.step_kv = self.fuse_norms and backend == "triton" and (step_kv_setting() if step_kv is None else step_kv)
         self._fused_gemms = backend == "triton" and linear == "ours"
-        self._norm_linear, self._linear_add = lin.norm_linear, lin.linear_add
+        self._norm_linear, self._linear_add, self._linear_argmax = lin.norm_linear, lin.linear_add, lin.linear_argmax
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":
@@ -109,6 +109,17 @@ class Ops:
             return self._norm_linear(x, norm, eps, lin, self.exact, swiglu, folded)
         normed = self.rms_norm(x, norm, eps)[0]
         return self.linear_swiglu(normed, lin) if swiglu else self.linear(normed, lin)
+
+    @property
+    def fused_argmax(self) -> bool:
+        """Whether `logits_argmax` runs in the LM head's launch (our skinny GEMM) with no logits written."""
+        return self._fused_gemms
+
+    def logits_argmax(self, x, lm_head):
+        """linear(x, lm_head).argmax(-1): greedy tokens; one launch and no logits where our skinny GEMM runs."""
+        if self._fused_gemms:
+            return self._linear_argmax(x, lm_head, self.exact)
+        return self.linear(x, lm_head).argmax(dim=-1)
 
     def linear_add(self, x, lin, residual):
         """residual += linear(x), in place: one launch where our skinny GEMM runs."""

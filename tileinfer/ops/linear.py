@@ -183,6 +183,17 @@ def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Te
     return y.reshape(*x.shape[:-1], lin.out_features // 2)
 
 
+def linear_argmax(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
+    """`linear(x, lin, exact).argmax(-1)`: x [..., K] -> [...] int64 ids. At M <= 16 one skinny launch that
+    writes the ids and no [M, N] product (the LM head of a greedy step)."""
+    _check_input(x, lin)
+    x2 = x.reshape(-1, lin.in_features)
+    if not _skinny_ok(x2, lin):
+        return linear(x, lin, exact).argmax(dim=-1)
+    y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, argmax=True)
+    return y.reshape(x.shape[:-1])
+
+
 def _skinny_ok(x2: torch.Tensor, lin: Linear) -> bool:
     return 1 <= x2.shape[0] <= SKINNY_MAX_M and x2.device == lin.device
 

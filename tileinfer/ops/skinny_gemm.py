@@ -37,6 +37,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.ops import INTERPRET
+from tileinfer.ops.argmax_keys import argmax_keys, argmax_slots, key_column
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
@@ -238,12 +239,12 @@ def _rms_scale(ss, inv_k, eps):
 # kernel whatever the number of rows.
 @triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr,
+    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr,
     M, N, K, k_per_split, half, inv_k, eps,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
-    PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr,
+    PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
@@ -258,6 +259,9 @@ def _skinny_gemm_kernel(
     splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles, BLOCK_M] and the last program adds them in
     split order). RESIDUAL: y holds the residual stream and
     becomes y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it).
+    ARGMAX: y [M] int64 gets each row's argmax over n of the product rounded to x's dtype (the first
+    column of the largest value): each tile's keys meet in key_ptr's slots by atomic max, and the last
+    tile to arrive (counter number num_programs(0)) writes the ids and resets the slots.
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
@@ -313,11 +317,36 @@ def _skinny_gemm_kernel(
                 up *= r
         if SWIGLU:
             acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
-        out = acc.to(y_ptr.dtype.element_ty)
-        if RESIDUAL:
-            res = tl.load(y_ptrs, mask=mask, other=0.0)
-            out = (out.to(tl.float32) + res.to(tl.float32)).to(y_ptr.dtype.element_ty)
-        tl.store(y_ptrs, out, mask=mask)
+        if ARGMAX:
+            _argmax_epilogue(acc.to(x_ptr.dtype.element_ty).to(tl.float32), offs_n, n_mask, offs_m, M, y_ptr,
+                             key_ptr, counters_ptr + tl.num_programs(0), BLOCK_M)
+        else:
+            out = acc.to(y_ptr.dtype.element_ty)
+            if RESIDUAL:
+                res = tl.load(y_ptrs, mask=mask, other=0.0)
+                out = (out.to(tl.float32) + res.to(tl.float32)).to(y_ptr.dtype.element_ty)
+            tl.store(y_ptrs, out, mask=mask)
+
+
+@triton.jit
+def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, counter_ptr, BLOCK_M: tl.constexpr):
+    """Fold this tile's rows into the argmax slots; the last tile writes the ids and resets the slots."""
+    if BLOCK_M == 1:
+        tl.atomic_max(key_ptr, tl.max(argmax_keys(vals, offs_n, n_mask), axis=0))
+    else:
+        keys = argmax_keys(vals, offs_n[:, None] + 0 * offs_m[None, :], n_mask[:, None] & (offs_m < BLOCK_M)[None, :])
+        tl.atomic_max(key_ptr + offs_m, tl.max(keys, axis=0), mask=offs_m < M)
+    # Every thread's atomic comes before the counter's release; the tile that counts last acquires them.
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+    if arrived == tl.num_programs(0) - 1:
+        if BLOCK_M == 1:
+            tl.store(ids_ptr, key_column(tl.atomic_xchg(key_ptr, -9223372036854775808)))
+        else:
+            rows = offs_m < M
+            best = tl.atomic_xchg(key_ptr + offs_m, tl.full(offs_m.shape, -9223372036854775808, tl.int64), mask=rows)
+            tl.store(ids_ptr + offs_m, key_column(best), mask=rows)
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed")
 
 
 def _pow2_at_least(v: int, lo: int = 16) -> int:
@@ -327,7 +356,7 @@ def _pow2_at_least(v: int, lo: int = 16) -> int:
 def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
-    residual: torch.Tensor | None = None, unit_norm: bool = False,
+    residual: torch.Tensor | None = None, unit_norm: bool = False, argmax: bool = False,
 ) -> torch.Tensor:
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
@@ -339,6 +368,8 @@ def skinny_gemm(
     [M, N]: residual += x @ W.T in place (the product rounded to x.dtype first), and residual is returned.
     `unit_norm`: y = rms_norm(x, 1, eps) @ W.T, for a W whose columns already carry the norm's weight
     (`linear.fold_norm_weight`): the x tiles go to the tensor cores untouched, only their squares are summed.
+    `argmax`: y [M] int64, each row's `torch.argmax` of the product rounded to x.dtype, with no product
+    written (the LM head of a greedy step).
     """
     m, k = x.shape
     n = w.shape[0]
@@ -348,6 +379,7 @@ def skinny_gemm(
     assert not swiglu or n % 2 == 0, f"a fused gate_up has an even number of rows, got {n}"
     assert norm is None or (norm.shape == (k,) and norm.is_contiguous()), "norm takes a contiguous weight [K]"
     assert not (unit_norm and norm is not None), "unit_norm means the norm's weight is in W: pass no `norm`"
+    assert not (argmax and (swiglu or residual is not None)), "argmax takes a plain projection (the LM head)"
     norm_mode = 1 if norm is not None else 2 if unit_norm else 0
     if residual is not None:
         assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
@@ -358,7 +390,11 @@ def skinny_gemm(
     block_m = 16 if exact or m > 1 else 1
     cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device)
     half = n // 2
-    y = residual if residual is not None else torch.empty(m, half if swiglu else n, device=x.device, dtype=x.dtype)
+    if argmax:
+        y = torch.empty(m, device=x.device, dtype=torch.int64)
+    else:
+        y = residual if residual is not None else torch.empty(m, half if swiglu else n, device=x.device,
+                                                              dtype=x.dtype)
 
     def launch(c: GemmConfig):
         block_k = min(c.block_k, _pow2_at_least(k))
@@ -366,21 +402,23 @@ def skinny_gemm(
         split_k = triton.cdiv(k, k_per_split)  # never an empty split
         part = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
-        counters = arrival_counters(x.device, tiles) if split_k > 1 else part
+        counters = arrival_counters(x.device, tiles + argmax) if split_k > 1 or argmax else part
         sums = (torch.empty(split_k, tiles, block_m, device=x.device, dtype=torch.float32)
                 if norm_mode and split_k > 1 else part)
         _skinny_gemm_kernel[(tiles, split_k)](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
+            argmax_slots(x.device, MAX_M) if argmax else y,
             m, n, k, k_per_split, half, 1.0 / k, eps,
             x.stride(0), w.stride(0), y.stride(0),
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
-            SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None,
+            SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128),
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
-    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None)
+    key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
+           argmax)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return y
