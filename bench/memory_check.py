@@ -4,7 +4,8 @@ Prefill: the peak of the tensors allocated above what was held before one prefil
 prefill, so workspaces that stay held are not counted twice) against
 `memory_plan(...).prefill_activation_bytes`; beside it the allocator's block peak, which must stay within
 the plan and its share for whole blocks (WHOLE_BLOCK_SLACK_BYTES).
-Step: the peak of one eager step's phases against `step_activation_bytes`. Pass: `plan_covers` (measured ≤
+Step: the peak of one eager step's phases against `step_activation_bytes`, greedy and sampling (T = 1,
+and with top-k/top-p: the verify's log-probabilities and the filter's sort). Pass: `plan_covers` (measured ≤
 plan ≤ 1.10 × measured, or a few allocator granules over at tiny shapes). A row that fails names the
 largest blocks live at its peak and the code that allocated them (`live_at_peak`).
 
@@ -39,18 +40,31 @@ def check(engine, label: str, prompt_lens, new_tokens: int) -> list[dict]:
             model=label, what="prefill", prompt_tokens=n, new_tokens=new_tokens,
             planned_bytes=plan.prefill_activation_bytes, measured_bytes=measure_peak_bytes(prefill, engine.device)[1])))
         for block in sorted({1, engine.block_max}):
-            engine.generate(ids, new_tokens, stop_ids=[], block_size=block)
-            start = int(engine.start_t.item())
-            shape = engine.step_shape(block, n + new_tokens, None, False)
-            phases = {name: torch.inference_mode()(fn) for name, fn in engine._phases(shape, start)}
-            peaks = {name: measure_peak_bytes(fn, engine.device)[1] for name, fn in phases.items()}
-            worst = max(peaks, key=peaks.get)
-            rows.append(judged(engine, phases[worst], dict(
-                model=label, what=f"step, block {block}", prompt_tokens=n, new_tokens=new_tokens,
-                planned_bytes=plan.step_activation_bytes if block == engine.block_max else
-                _plain_plan(engine, n, new_tokens), measured_bytes=peaks[worst], peak_phase=worst,
-                phase_bytes=" ".join(f"{name}:{b}" for name, b in peaks.items()))))
+            planned = plan.step_activation_bytes if block == engine.block_max else _plain_plan(engine, n, new_tokens)
+            rows.append(_step_row(engine, label, ids, new_tokens, block, planned, f"step, block {block}"))
+        for what, sampling in SAMPLING.items():  # the verify keeps its logits and log-probabilities
+            filtered = "top_k" in sampling
+            planned = engine.memory_plan(n, new_tokens, sample=True, filtered=filtered).step_activation_bytes
+            rows.append(_step_row(engine, label, ids, new_tokens, engine.block_max, planned,
+                                  f"step, block {engine.block_max}, {what}", sampling, filtered))
     return rows
+
+
+SAMPLING = {"T=1": dict(temperature=1.0), "T=1 top-k/p": dict(temperature=1.0, top_k=50, top_p=0.95)}
+
+
+def _step_row(engine, label, ids, new_tokens, block, planned, what, sampling=None, filtered=False) -> dict:
+    """One eager step after a request of `ids` (the phase with the highest peak against `planned`)."""
+    n = len(ids)
+    engine.generate(ids, new_tokens, stop_ids=[], block_size=block, seed=1, **(sampling or {}))
+    start = int(engine.start_t.item())
+    shape = engine.step_shape(block, n + new_tokens, None, False, sample=sampling is not None, filtered=filtered)
+    phases = {name: torch.inference_mode()(fn) for name, fn in engine._phases(shape, start)}
+    peaks = {name: measure_peak_bytes(fn, engine.device)[1] for name, fn in phases.items()}
+    worst = max(peaks, key=peaks.get)
+    return judged(engine, phases[worst], dict(
+        model=label, what=what, prompt_tokens=n, new_tokens=new_tokens, planned_bytes=planned,
+        measured_bytes=peaks[worst], peak_phase=worst, phase_bytes=" ".join(f"{k}:{b}" for k, b in peaks.items())))
 
 
 def judged(engine, call, row: dict) -> dict:
@@ -95,7 +109,7 @@ def main(argv=None):
     path = write_rows([r | base for r in rows], out / f"memory_plan_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
     print(f"\n{env['gpu']}, torch {env['torch']}, rev {env['git_rev']}; rows in {path}")
     for r in rows:
-        print(f"{r['model']:14} {r['what']:15} {r['prompt_tokens']:6} plan {r['planned_bytes'] / 1e6:9.3f} MB "
+        print(f"{r['model']:14} {r['what']:28} {r['prompt_tokens']:6} plan {r['planned_bytes'] / 1e6:9.3f} MB "
               f"measured {r['measured_bytes'] / 1e6:9.3f} MB  x{r['plan_over_measured']:.3f} {'ok' if r['ok'] else 'OFF'}")
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -223,3 +223,21 @@ def test_plan_matches_measured_on_fused_layers(pair, monkeypatch):
     peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1]
              for _, fn in engine._phases(engine.step_shape(16, 49, None, False), start)]
     within_margin(engine.memory_plan(45, 4).step_activation_bytes, max(peaks), "fused step, block 16")
+
+
+@pytest.mark.parametrize("top_k", [None, 50])
+def test_plan_covers_a_sampling_step(tmp_path, top_k):
+    """A sampling step keeps the verify's logits and its fp32 log-probabilities (with top-k, the sort and
+    cumulative sums too): a vocabulary large enough for them to set the step's peak."""
+    target = tiny_target(tmp_path, vocab_size=8192)
+    draft = write_dflash_drafter(tmp_path / "drafter", target, num_layers=2, block_size=16, seed=1,
+                                 dtype=torch.float32, std=0.08, target_layer_ids=[1, 2])
+    engine = tileinfer.load(target, draft=draft, weights="bf16")
+    ids = prompt(200)
+    engine.generate(ids, 30, stop_ids=[], temperature=1.0, top_k=top_k, seed=1)
+    start = int(engine.start_t.item())
+    shape = engine.step_shape(16, 230, None, False, sample=True, filtered=top_k is not None)
+    peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1] for _, fn in engine._phases(shape, start)]
+    plan = engine.memory_plan(200, 30, sample=True, filtered=top_k is not None)
+    within_margin(plan.step_activation_bytes, max(peaks), f"sampling step, top_k {top_k}")
+    assert plan.step_activation_bytes > engine.memory_plan(200, 30).step_activation_bytes

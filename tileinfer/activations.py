@@ -48,6 +48,7 @@ class ActivationModel:
     step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
     fused_argmax: bool = False  # Ops.fused_argmax: greedy tokens come from the LM head's launch, no logits
     sample: bool = False        # a sampling request: the verify's logits exist (drafts stay greedy)
+    filtered: bool = False      # ... with top-k / top-p (their sort and cumulative sums)
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -94,7 +95,7 @@ class ActivationModel:
         size, b, h = self.block_size, self.b, self.target.hidden
         kv_len = max_length + size
         verify = self._layer_bytes(self.target, size, kv_len, causal=True, decode=True, max_length=max_length)
-        verify_logits = self._logits_bytes(size) if self.sample else self._greedy_bytes(size)
+        verify_logits = self._sampling_bytes(size) if self.sample else self._greedy_bytes(size)
         peak = max(verify, verify_logits + self._final_norm_bytes(size, h))
         if self.drafter is not None:
             d = self.drafter.hidden
@@ -118,6 +119,12 @@ class ActivationModel:
         if self.reference or not (self.fused_layers and t <= SKINNY_MAX_M):
             return 4 * b(t, hidden)
         return 2 * b(t, hidden)
+
+    def _sampling_bytes(self, t: int) -> int:
+        """The verify's logits and `sampling.log_probs` on t rows: the tempered fp32 copy and the log-probs;
+        with top-k / top-p also the sort's values and int64 order and the softmax and its cumulative sum."""
+        n = self.target.vocab
+        return max(self._logits_bytes(t), self.b(t, n) + (6 if self.filtered else 2) * self.b(t, n, e=4))
 
     def _greedy_bytes(self, t: int) -> int:
         """The LM head's greedy tokens on t rows: its logits and their argmax, or the ids alone where the

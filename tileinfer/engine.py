@@ -247,10 +247,10 @@ class Engine:
         return ids, block_size, stop, params
 
     def memory_plan(self, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None,
-                    sample: bool = False) -> memory.MemoryPlan:
-        """Weights, KV caches and peak activations in bytes for a request (`sample`: temperature > 0); with a
-        budget, the longest prompt that fits."""
-        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes, sample=sample)
+                    sample: bool = False, filtered: bool = False) -> memory.MemoryPlan:
+        """Weights, KV caches and peak activations in bytes for a request (`sample`: temperature > 0,
+        `filtered`: with top-k / top-p); with a budget, the longest prompt that fits."""
+        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes, sample=sample, filtered=filtered)
 
     def _sync(self):
         if self.is_cuda:
@@ -329,7 +329,8 @@ class Engine:
         ids, block, stop, params = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits,
                                                        temperature, top_k, top_p, seed)
         n_prompt = len(ids)
-        memory.check_budget(self, n_prompt, max_new_tokens, sample=not params.greedy)  # before any allocation
+        memory.check_budget(self, n_prompt, max_new_tokens, sample=not params.greedy,  # before any allocation
+                            filtered=params.filtered(self.config.vocab_size))
         max_length = n_prompt + max_new_tokens
         self._ensure_caches(max_length + 2 * self.block_max)
         use_graphs = self.is_cuda and not eager and self.backend == "triton"

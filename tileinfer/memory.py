@@ -64,9 +64,11 @@ class MemoryModel:
     def with_prefill_chunk(self, chunk: int) -> MemoryModel:
         return dataclasses.replace(self, activations=dataclasses.replace(self.activations, prefill_chunk=chunk))
 
-    def sampling(self, sample: bool = True) -> MemoryModel:
-        """The model of a sampling request (its verify steps keep their logits) or, False, a greedy one."""
-        return dataclasses.replace(self, activations=dataclasses.replace(self.activations, sample=sample))
+    def sampling(self, sample: bool = True, filtered: bool = False) -> MemoryModel:
+        """The model of a sampling request (its verify steps keep their logits and log-probabilities;
+        `filtered`: with top-k / top-p) or, False, a greedy one."""
+        acts = dataclasses.replace(self.activations, sample=sample, filtered=sample and filtered)
+        return dataclasses.replace(self, activations=acts)
 
     @classmethod
     def from_engine(cls, engine) -> MemoryModel:
@@ -242,10 +244,10 @@ def held_buffer_bytes(engine) -> int:
 # ---- the engine's entry points -------------------------------------------------------------------
 
 def plan(engine, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None,
-         prefill_chunk: int | None = None, sample: bool = False) -> MemoryPlan:
+         prefill_chunk: int | None = None, sample: bool = False, filtered: bool = False) -> MemoryPlan:
     """The memory plan of a request of `prompt_len` tokens + `max_new_tokens` on `engine` (`sample`: one
-    that samples, temperature > 0)."""
-    model = MemoryModel.from_engine(engine).sampling(sample)
+    that samples, temperature > 0; `filtered`: with top-k / top-p)."""
+    model = MemoryModel.from_engine(engine).sampling(sample, filtered)
     if prefill_chunk is not None:
         model = model.with_prefill_chunk(prefill_chunk)
     return model.plan(prompt_len, max_new_tokens, budget_bytes)
@@ -268,12 +270,13 @@ def default_budget(device: torch.device) -> int | None:
     return budget
 
 
-def check_budget(engine, prompt_len: int, max_new_tokens: int, sample: bool = False) -> MemoryPlan | None:
+def check_budget(engine, prompt_len: int, max_new_tokens: int, sample: bool = False,
+                 filtered: bool = False) -> MemoryPlan | None:
     """Raise RequestError when the request's plan exceeds the engine's memory budget; run before any allocation."""
     budget = engine.memory_budget if engine.memory_budget is not None else default_budget(engine.device)
     if budget is None or math.isinf(budget):
         return None
-    p = plan(engine, prompt_len, max_new_tokens, budget_bytes=int(budget), sample=sample)
+    p = plan(engine, prompt_len, max_new_tokens, budget_bytes=int(budget), sample=sample, filtered=filtered)
     if p.fits:
         return p
     longest = p.longest_prompt()
