@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tileinfer.ops.argmax_keys import EMPTY, argmax_keys_ref, argmax_slots
+from tileinfer.ops.argmax_keys import EMPTY, argmax_keys_ref
+from tileinfer.ops.counters import argmax_slots
 from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import Linear, linear, linear_argmax, quantize_linear
 from tileinfer.ops.skinny_gemm import skinny_gemm

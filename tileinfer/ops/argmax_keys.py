@@ -12,9 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-EMPTY = -(2**63)  # below every key
-_SLOTS: dict = {}
-_RETIRED: list = []  # outgrown buffers stay allocated: CUDA graphs captured on them still replay
+EMPTY = -(2**63)  # below every key; the slots (tileinfer.ops.counters.argmax_slots) hold it between launches
 
 
 @triton.jit
@@ -32,16 +30,6 @@ def argmax_keys(vals, cols, valid):
 def key_column(key):
     """The column a key was made for."""
     return 4294967295 - (key & 4294967295)
-
-
-def argmax_slots(device: torch.device, n: int) -> torch.Tensor:
-    """At least `n` int64 slots at EMPTY on `device`, kept for the process (kernels leave them at EMPTY)."""
-    slots = _SLOTS.get(device)
-    if slots is None or slots.numel() < n:
-        if slots is not None:
-            _RETIRED.append(slots)
-        slots = _SLOTS[device] = torch.full((max(n, 16),), EMPTY, dtype=torch.int64, device=device)
-    return slots
 
 
 def argmax_keys_ref(vals: torch.Tensor) -> torch.Tensor:

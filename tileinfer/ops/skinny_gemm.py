@@ -37,8 +37,8 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.ops import INTERPRET
-from tileinfer.ops.argmax_keys import argmax_keys, argmax_slots, key_column
-from tileinfer.ops.counters import arrival_counters
+from tileinfer.ops.argmax_keys import argmax_keys, key_column
+from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
 from tileinfer.ops.pdl import launch_options, prefetch_l2
@@ -334,7 +334,8 @@ def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, counter_
     if BLOCK_M == 1:
         tl.atomic_max(key_ptr, tl.max(argmax_keys(vals, offs_n, n_mask), axis=0))
     else:
-        keys = argmax_keys(vals, offs_n[:, None] + 0 * offs_m[None, :], n_mask[:, None] & (offs_m < BLOCK_M)[None, :])
+        cols = tl.broadcast_to(offs_n[:, None], vals.shape)
+        keys = argmax_keys(vals, cols, tl.broadcast_to(n_mask[:, None], vals.shape))
         tl.atomic_max(key_ptr + offs_m, tl.max(keys, axis=0), mask=offs_m < M)
     # Every thread's atomic comes before the counter's release; the tile that counts last acquires them.
     tl.debug_barrier()
