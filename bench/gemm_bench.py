@@ -10,7 +10,8 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
                                                      # weight kind), write the GPU's skinny_gemm configs, then measure
     python3 bench/gemm_bench.py --tune-only --models 0.6b,1.7b,4b,8b --ms 1,16 --kinds bf16 --out DIR
                                                      # tune those shapes only and merge the winners into the
-                                                     # GPU's configs (entries not tuned are kept)
+                                                     # GPU's configs (entries not tuned are kept); add
+                                                     # --linears lm_head to tune only those linears
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
 Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each winner again with its
@@ -340,6 +341,8 @@ def main() -> None:
     ap.add_argument("--models", default="4b", help="Qwen3 sizes whose linears are tuned (with --tune-only)")
     ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)), help="M buckets to tune")
     ap.add_argument("--kinds", default="bf16,int8", help="weight kinds to tune")
+    ap.add_argument("--linears", default=None,
+                    help="with --tune-only: only these linears (qkv, o, gate_up, down, lm_head, fc; comma-separated)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter check of this script)")
     ap.add_argument("--folds", action="store_true",
                     help="also time the RMSNorm / residual folds of TILEINFER_FUSE_NORMS=1 against the unfolded launches")
@@ -350,6 +353,8 @@ def main() -> None:
         ap.error(f"--ms takes buckets of {M_BUCKETS}, --kinds bf16 and/or int8; got {args.ms!r}, {args.kinds!r}")
     if args.models != "4b" and not args.tune_only:
         ap.error("--models tunes other sizes' linears: use it with --tune-only (the measured table is the 4B's)")
+    if args.linears and not args.tune_only:
+        ap.error("--linears picks which linears to tune: use it with --tune-only")
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     if not cuda and not args.smoke:
@@ -369,6 +374,12 @@ def main() -> None:
     meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     log(json.dumps(meta))
     dims = SMOKE if args.smoke else model_linears(args.models.split(",")) if args.tune_only else LINEARS
+    if args.linears:
+        wanted = set(args.linears.split(","))
+        unknown = wanted - {name.split()[-1] for name in dims}
+        if unknown:
+            ap.error(f"--linears: unknown {', '.join(sorted(unknown))} (these sizes have {', '.join(dims)})")
+        dims = {name: nk for name, nk in dims.items() if name.split()[-1] in wanted}
     gen = torch.Generator(device=device).manual_seed(0)
     t_setup = time.time()
     shapes = {name: Shape(name, n, k, device, gen, defeat_l2=not args.smoke) for name, (n, k) in dims.items()}
