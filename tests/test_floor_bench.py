@@ -55,7 +55,8 @@ def test_unknown_point_is_named(tmp_path, capsys):
     assert not list(tmp_path.glob("floor_*.csv"))
 
 
-def test_fused_norms_measured_beside_unfused(tmp_path):
+def test_fused_norms_measured_beside_unfused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEINFER_EXACT", "0")  # fused layers are for one-token steps outside exact mode
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "6", "--repeats",
                       "1", "--pdl", "off", "--fuse-norms", "off,on", "--bandwidth-gbs", "50", "--out", str(tmp_path),
                       "--root", str(tmp_path / "checkpoints")])
@@ -65,5 +66,6 @@ def test_fused_norms_measured_beside_unfused(tmp_path):
     assert keys == [("plain", "triton", "off"), ("dflash", "triton", "off"), ("plain", "cublas", "off"),
                     ("plain", "triton", "on"), ("dflash", "triton", "on")]
     launches = table[table["linears"] == "triton"].set_index(["mode", "fuse_norms"])["launches_per_layer"]
-    # the RMSNorms fold into the GEMMs (on an H200, 8 launches per layer become 6; the CPU counts torch ops)
-    assert launches["plain", "on"] < launches["plain", "off"] and launches["dflash", "on"] < launches["dflash", "off"]
+    # plain decoding's RMSNorms fold into the GEMMs (on an H200, 8 launches per layer become 6; the CPU
+    # counts torch ops); DFlash steps of several tokens keep the norms' own launches
+    assert launches["plain", "on"] < launches["plain", "off"] and launches["dflash", "on"] == launches["dflash", "off"]

@@ -1,6 +1,7 @@
 """RMSNorm folded into the projection after it and the residual add into the projection before it
 (`norm_linear`, `linear_add`, `Ops.fuse_norms`): against the unfused ops, rows independent of M in exact
-mode, and greedy DFlash still equal to greedy decoding with the fused layer."""
+mode, fused one-token layers against unfused ones, and greedy DFlash still equal to greedy decoding with
+the norms' weights folded into the projections."""
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from tests.conftest import assert_close
 from tests.helpers import tiny_pair
 from tests.test_exact import assert_dflash_equals_greedy, assert_rows_equal, fuzz_cases, rows_alone
 from tileinfer.errors import ConfigError
-from tileinfer.ops.backend import Ops
+from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import Linear, fold_norm_weight, linear, linear_add, norm_linear, quantize_linear
 from tileinfer.ops.skinny_gemm import skinny_gemm
@@ -120,7 +121,7 @@ def test_step_kv_setting(monkeypatch):
     assert not Ops("triton", fuse_norms=True).step_kv, "off by default (measured slower per DFlash step)"
     assert Ops("triton", fuse_norms=True, step_kv=True).step_kv
     assert not Ops("triton", fuse_norms=True, step_kv=False).step_kv
-    assert not Ops("triton", fuse_norms=False, step_kv=True).step_kv, "only fused layers take it"
+    assert Ops("triton", fuse_norms=False, step_kv=True).step_kv, "unfused layers take it too"
     assert not Ops("torch", fuse_norms=True, step_kv=True).step_kv, "the reference backend keeps two ops"
     monkeypatch.setenv("TILEINFER_STEP_KV", "1")
     assert Ops("triton", fuse_norms=True).step_kv
@@ -148,18 +149,42 @@ def test_step_kv_decodes_as_two_launches_do(tmp_path, monkeypatch):
     assert torch.equal(runs["1"][2], runs["0"][2]), "V goes into the cache as projected"
 
 
+def test_fused_layer_only_for_one_token_outside_exact_mode():
+    ops = Ops("triton", fuse_norms=True)
+    assert ops.fused_layer(1) and not ops.fused_layer(2) and not ops.fused_layer(16)
+    ops.exact = True
+    assert not ops.fused_layer(1), "exact mode runs every step on the tensor-core path"
+    assert not Ops("triton", fuse_norms=False).fused_layer(1)
+
+
+@torch.inference_mode()
+def _token_by_token_logits(engine, ids):
+    """Logits of each position, the prompt fed one token per forward: every layer runs on a single token."""
+    engine._ensure_caches(len(ids) + 2 * engine.block_max)
+    rows = []
+    for i, token in enumerate(ids):
+        tokens = torch.tensor([token], dtype=torch.int64, device=engine.device)
+        positions = torch.tensor([i], dtype=torch.int64, device=engine.device)
+        h, residual = engine.target.forward(tokens, positions, engine.cache, AttentionContext(i + 1, None))
+        rows.append(engine.target.logits(engine.target.final_norm(h, residual)).float())
+    return torch.cat(rows)
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_fused_layers_match_unfused_logits(tmp_path, monkeypatch, backend):
+    """Fused one-token layers, and the folded norms' weights in a whole-prompt prefill, against unfused."""
     target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
     ids = torch.randint(0, 150, (9,), generator=torch.Generator().manual_seed(1)).tolist()
     logits = {}
     for fuse in ("0", "1"):
         monkeypatch.setenv("TILEINFER_FUSE_NORMS", fuse)
-        engine = tileinfer.load(target, draft=draft, weights="bf16", backend=backend)
-        assert engine.ops.fuse_norms == (fuse == "1")
-        logits[fuse] = engine.prompt_logits(ids)
-    scale = logits["0"].abs().max().item()
-    assert_close(logits["1"], logits["0"], atol=5e-2 * scale, rtol=0, what=f"{backend} fused vs unfused logits")
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend=backend, exact=False)
+        assert engine.ops.fused_layer(1) == (fuse == "1")
+        logits[fuse] = engine.prompt_logits(ids), _token_by_token_logits(engine, ids)
+    for i, what in enumerate(("prefill", "token by token")):
+        scale = logits["0"][i].abs().max().item()
+        assert_close(logits["1"][i], logits["0"][i], atol=5e-2 * scale, rtol=0,
+                     what=f"{backend} {what}: fused vs unfused logits")
 
 
 @pytest.mark.parametrize("weights", ["bf16", "int8"])

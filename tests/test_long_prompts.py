@@ -209,8 +209,9 @@ def test_longest_prompt(engine):
 
 
 def test_plan_matches_measured_on_fused_layers(pair, monkeypatch):
-    """Our kernels with fused layers (one stream tensor; norms and adds inside the GEMMs), on a CPU; the
-    GPU suite's plan tests run them with the allocator's rounding."""
+    """Our kernels with the norms' weights folded into the projections: DFlash steps (layers apart, exact
+    mode) and plain one-token steps (fused layers: one stream tensor, norms and adds inside the GEMMs), on
+    a CPU; the GPU suite's plan tests run them with the allocator's rounding."""
     monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
     target, draft = pair
     engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", prefill_chunk=9)
@@ -222,7 +223,14 @@ def test_plan_matches_measured_on_fused_layers(pair, monkeypatch):
     start = int(engine.start_t.item())
     peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1]
              for _, fn in engine._phases(engine.step_shape(16, 49, None, False), start)]
-    within_margin(engine.memory_plan(45, 4).step_activation_bytes, max(peaks), "fused step, block 16")
+    within_margin(engine.memory_plan(45, 4).step_activation_bytes, max(peaks), "folded step, block 16")
+    plain = tileinfer.load(target, weights="bf16", backend="triton", prefill_chunk=9, exact=False)
+    assert plain.block_max == 1 and plain.ops.fused_layer(1)
+    plain.generate(ids, 4, stop_ids=[])
+    start = int(plain.start_t.item())
+    peaks = [measure_peak_bytes(torch.inference_mode()(fn), plain.device)[1]
+             for _, fn in plain._phases(plain.step_shape(1, 49, None, False), start)]
+    within_margin(plain.memory_plan(45, 4).step_activation_bytes, max(peaks), "fused one-token step")
 
 
 @pytest.mark.parametrize("top_k", [None, 50])

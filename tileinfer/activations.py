@@ -5,7 +5,7 @@ Prefill runs the prompt in chunks of T = min(prefill_chunk, prompt) tokens, so p
 decoder layer on T tokens — the residual stream (h, x, residual), the MLP's gate_up [T, 2I] and its
 activation [T, I] (a step of T <= 16 on the Triton backend computes the activation in the gate_up GEMM) — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
 right after, and the previous chunk's h and residual still bound. Logits exist for the last row only.
-Up to 16 tokens with `Ops.fuse_norms` a layer is `fused_decoder_layer`: its stream is one tensor (h +
+A one-token step that `Ops.fused_layer` fuses runs `fused_decoder_layer`: its stream is one tensor (h +
 residual), and in our GEMMs the norms and residual adds leave no tensor of their own.
 With the Triton backend the prefill attention is a flash kernel (no scores); the PyTorch reference
 materialises [Hq, T, L] scores. Every tensor is counted as the allocator holds it: on CUDA the caching
@@ -43,7 +43,7 @@ class ActivationModel:
     cuda: bool
     prefill_chunk: int
     max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
-    fused_layers: bool = False  # Ops.fuse_norms: layers of <= 16 tokens run fused_decoder_layer
+    fused_layers: bool = False  # Ops.fuse_norms: one-token layers outside exact mode run fused_decoder_layer
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
     step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
     fused_argmax: bool = False  # Ops.fused_argmax: greedy tokens come from the LM head's launch, no logits
@@ -61,6 +61,10 @@ class ActivationModel:
     @property
     def reference(self) -> bool:
         return self.backend == "torch"
+
+    def _fused(self, t: int) -> bool:
+        """Whether layers on t tokens run fused (`Ops.fused_layer`)."""
+        return self.fused_layers and t == 1 and not self.exact
 
     # ---- prefill ------------------------------------------------------------------------------------
 
@@ -86,7 +90,7 @@ class ActivationModel:
 
     def _stream_bytes(self, t: int) -> int:
         """The residual stream a layer leaves on t tokens: h and residual, or their sum alone (fused)."""
-        return (1 if self.fused_layers and t <= SKINNY_MAX_M else 2) * self.b(t, self.target.hidden)
+        return (1 if self._fused(t) else 2) * self.b(t, self.target.hidden)
 
     # ---- one step -----------------------------------------------------------------------------------
 
@@ -116,7 +120,7 @@ class ActivationModel:
         """The last layer's stream and what the final RMSNorm writes beside it: its output, and the
         stream's sum where h and residual are still apart (the reference ops' fp32 copies: 4 tensors)."""
         b = self.b
-        if self.reference or not (self.fused_layers and t <= SKINNY_MAX_M):
+        if self.reference or not self._fused(t):
             return 4 * b(t, hidden)
         return 2 * b(t, hidden)
 
@@ -186,10 +190,12 @@ class ActivationModel:
         else:
             norm = 2 * b(t, h)
             rope = b(t, hq, d) + b(t, hk, d)
-        if self.fused_layers and t <= SKINNY_MAX_M:
-            return b(t, h) + self._fused_layer_bytes(s, t, kv_len, causal, decode, max_length, norm, rope, up)
-        qkv = b(t, s.qkv_rows)
         qk = b(t, hq, d) + b(t, hk, d)
+        if decode and self.step_kv:  # Ops.step_attention: norms, RoPE and the cache write inside
+            qk = rope = 0
+        if self._fused(t):
+            return b(t, h) + self._fused_layer_bytes(s, t, kv_len, causal, decode, max_length, norm, rope, qk, up)
+        qkv = b(t, s.qkv_rows)
         _, o_n, o_k = s.linears()[1]
         attention = max(qkv + self._linear_scratch(s.qkv_rows, h, t) + rope,
                         qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
@@ -205,14 +211,12 @@ class ActivationModel:
         return stream + max(norm, attention, mlp)
 
     def _fused_layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
-                           max_length: int, norm: int, rope: int, up: bool) -> int:
+                           max_length: int, norm: int, rope: int, qk: int, up: bool) -> int:
         """fused_decoder_layer's peak beside its one stream tensor (h + residual). In our GEMMs the norms
         and adds leave no tensor; other linears write the normed x first and the product before its add."""
-        b, h, i, d, hq, hk = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads, s.kv_heads
+        b, h, i, d, hq = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads
         _, o_n, o_k = s.linears()[1]
-        qkv, qk = b(t, s.qkv_rows), b(t, hq, d) + b(t, hk, d)
-        if decode and self.step_kv:  # Ops.step_attention: norms, RoPE and the cache write inside
-            qk = rope = 0
+        qkv = b(t, s.qkv_rows)
         if self.fused_gemms:
             x = added = 0
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t) + self._norm_sums_bytes(s.qkv_rows, h, t, False)

@@ -49,7 +49,7 @@ PIPES = {
     "shuffle": (1, ("SHFL",)),
 }
 CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
-STEP_KV = " + q/k norm, RoPE, KV write"  # the engine's decode steps with fused layers
+STEP_KV = " + q/k norm, RoPE, KV write"  # decode steps with TILEINFER_STEP_KV=1
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -65,9 +65,9 @@ class Case:
     config: str = ""  # a skinny GEMM's GemmConfig as JSON; "" for the tuned one
 
 
-# Ops.fuse_norms: the norms and adds folded in; "folded norm": the norm's weight carried by W (loading
-# folds it into float projections), "norm": applied in the loop (the drafter's qkv, INT8 checkpoints);
-# "argmax": a greedy step's LM head writes token ids, not logits
+# Ops.fuse_norms: the norms and adds folded in (the engine's one-token steps); "folded norm": the norm's
+# weight carried by W (loading folds it into float projections), "norm": applied in the loop (skinny_gemm's
+# `norm=`); "argmax": a greedy step's LM head writes token ids, not logits
 FUSED = {"qkv": ("norm", "folded norm"), "o": ("residual",), "gate_up": ("norm", "folded norm"),
          "down": ("residual",), "lm_head": ("argmax",)}
 

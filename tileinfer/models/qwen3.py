@@ -13,7 +13,7 @@ from tileinfer import tracing
 from tileinfer.config import Qwen3Config
 from tileinfer.kv_cache import KVCache
 from tileinfer.ops.backend import AttentionContext, Ops
-from tileinfer.ops.linear import SKINNY_MAX_M, Linear, fold_norm_weight
+from tileinfer.ops.linear import Linear, fold_norm_weight
 from tileinfer.ops.rope import rope_cos_sin
 
 
@@ -58,11 +58,11 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
                   k_cache, v_cache, ctx: AttentionContext, name: str):
     """Advance the residual stream [h, residual] through one pre-norm decoder layer, in place: the caller
     holds no reference to the old tensors, so each is freed as soon as it is used (prefill's peak memory
-    per chunk depends on it). `name` labels the layer's profiler ranges. Steps of up to 16 tokens with
-    `ops.fuse_norms` keep the stream as [None, h + residual] (`fused_decoder_layer`)."""
+    per chunk depends on it). `name` labels the layer's profiler ranges. Steps that `ops.fused_layer`
+    fuses keep the stream as [None, h + residual] (`fused_decoder_layer`)."""
     eps = config.rms_norm_eps
     h, residual = stream
-    if ops.fuse_norms and (residual if h is None else h).shape[0] <= SKINNY_MAX_M:
+    if ops.fused_layer((residual if h is None else h).shape[0]):
         return fused_decoder_layer(ops, config, layer, stream, positions, cos_sin, k_cache, v_cache, ctx, name)
     stream.clear()
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):

@@ -31,13 +31,13 @@ def _switch(name: str, default: str = "1") -> bool:
 
 
 def fuse_norms_setting() -> bool:
-    """TILEINFER_FUSE_NORMS (1 or 0, default 1): fused decoder layers for steps of up to 16 tokens."""
+    """TILEINFER_FUSE_NORMS (1 or 0, default 1): fused decoder layers for one-token steps (`Ops.fused_layer`)."""
     return _switch("TILEINFER_FUSE_NORMS")
 
 
 def step_kv_setting() -> bool:
-    """TILEINFER_STEP_KV (1 or 0, default 0): in fused layers, the Q/K norms, RoPE and KV write inside the
-    decode attention's launch (`Ops.step_attention`). Off by default: one launch fewer per layer, but on the
+    """TILEINFER_STEP_KV (1 or 0, default 0): a decode step's Q/K norms, RoPE and KV write inside the
+    attention's launch (`Ops.step_attention`). Off by default: one launch fewer per layer, but on the
     H200 no faster in plain decoding and 3 % slower per DFlash step (bench/results/floor_step_kv_h200.csv)."""
     return _switch("TILEINFER_STEP_KV", default="0")
 
@@ -45,10 +45,11 @@ def step_kv_setting() -> bool:
 class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
-    `fuse_norms`: steps of up to 16 tokens fold each RMSNorm into the projection after it and each residual
-    add into the projection before it (`norm_linear`, `linear_add`); None reads TILEINFER_FUSE_NORMS (1 or 0,
-    default 1). `step_kv`: with fused layers on the Triton backend, decode steps also take the Q/K norms,
-    RoPE and KV-cache write into the attention's launch (`step_attention`); None reads TILEINFER_STEP_KV."""
+    `fuse_norms`: one-token steps outside exact mode fold each RMSNorm into the projection after it and each
+    residual add into the projection before it (`fused_layer`, `norm_linear`, `linear_add`); loading folds
+    the norms' weights into the projections either way. None reads TILEINFER_FUSE_NORMS (1 or 0, default 1).
+    `step_kv`: on the Triton backend, a decode step's Q/K norms, RoPE and KV-cache write run in the
+    attention's launch (`step_attention`); None reads TILEINFER_STEP_KV."""
 
     def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None,
                  step_kv: bool | None = None):
@@ -60,7 +61,7 @@ class Ops:
         self.backend = backend
         self.exact = exact
         self.fuse_norms = fuse_norms_setting() if fuse_norms is None else fuse_norms
-        self.step_kv = self.fuse_norms and backend == "triton" and (step_kv_setting() if step_kv is None else step_kv)
+        self.step_kv = backend == "triton" and (step_kv_setting() if step_kv is None else step_kv)
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add, self._linear_argmax = lin.norm_linear, lin.linear_add, lin.linear_argmax
         self.embedding = lin.embedding
@@ -86,6 +87,14 @@ class Ops:
             self._decode = decode_attention.decode_attention
             self._step_kv = decode_attention.StepKV
             self._prefill = prefill_attention.prefill_attention
+
+    def fused_layer(self, t: int) -> bool:
+        """Whether a step of t tokens runs `fused_decoder_layer`: only a single token outside exact mode,
+        where our GEMM is a GEMV that sums x² from the x it holds in registers. On the tensor-core path
+        (t > 1, and every t in exact mode) the sum needs a load of x of its own in every K-block, which
+        cost more than the norms' launches: on the H200 a Qwen3-4B DFlash step took 4.66 ms fused and
+        3.79 ms with the norms apart (bench/results/floor_fused_steps_h200.csv)."""
+        return self.fuse_norms and t == 1 and not self.exact
 
     def linear(self, x, lin):
         return self._linear[self.exact](x, lin)
