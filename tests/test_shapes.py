@@ -61,3 +61,18 @@ def test_weight_kinds():
     assert byte_model.compute_bytes("int8") == 2 and byte_model.compute_bytes("fp32") == 4
     with pytest.raises(ConfigError, match="weights must be one of"):
         byte_model.linear_weight_bytes(8, 4, "fp8")
+
+
+def test_a_cuda_plan_holds_the_radix_sort_of_top_k_over_qwen3s_vocabulary():
+    """Top-k / top-p on CUDA over rows longer than 4,096 sorts by radix: on the H200 that sort of 16 rows of
+    Qwen3's vocabulary peaked at 11.05 fp32 [16, V], beside the tempered fp32 copy and the BF16 logits
+    (the GPU suite's test_plan_covers_a_sampling_step measures it); the CPU's sort holds far less."""
+    target, drafter = configs("4b")
+    unit = 16 * target.vocab_size * 4
+
+    def step(cuda: bool, filtered: bool) -> int:
+        model = MemoryModel.from_configs(target, drafter, cuda=cuda, exact=False).sampling(True, filtered)
+        return model.plan(1024, 64).step_activation_bytes
+
+    measured_on_the_h200 = unit // 2 + unit + 11.05 * unit
+    assert step(True, True) >= measured_on_the_h200 > step(False, True) > step(True, False)

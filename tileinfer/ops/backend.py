@@ -92,8 +92,8 @@ class Ops:
         """Whether a step of t tokens runs `fused_decoder_layer`: only a single token outside exact mode,
         where our GEMM is a GEMV that sums x² from the x it holds in registers. On the tensor-core path
         (t > 1, and every t in exact mode) the sum needs a load of x of its own in every K-block, which
-        cost more than the norms' launches: on the H200 a Qwen3-4B DFlash step took 4.66 ms fused and
-        3.79 ms with the norms apart (bench/results/floor_fused_steps_h200.csv)."""
+        cost more than the norms' launches: on the H200 a Qwen3-4B DFlash step took 4.60 ms fused and
+        3.82 ms with the norms apart (bench/results/floor_fused_steps_h200.csv)."""
         return self.fuse_norms and t == 1 and not self.exact
 
     def linear(self, x, lin):
