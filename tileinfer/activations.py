@@ -128,8 +128,9 @@ class ActivationModel:
         """The verify's logits and `sampling.log_probs` on t rows: the tempered fp32 copy and the log-probs;
         with top-k / top-p also the sort's values and int64 order and the softmax and its cumulative sum.
         On CUDA a sort of rows longer than 4,096 is a radix sort that also holds 32 B per element (20 B
-        for one row) and cub's scratch, under 0.5 B per element: 11.05 fp32 [t, V] in all for 16 rows of
-        Qwen3's vocabulary on the H200, 8.06 for one row; shorter rows sort in place."""
+        for one row) and cub's scratch, under 0.5 B per element; shorter rows sort in place. The Qwen3-4B
+        top-k/top-p step that the plan missed without it: 122.3 MB on the H200
+        (bench/results/memory_plan_h200.csv)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         if not self.filtered:
