@@ -24,6 +24,7 @@ from math import prod
 import torch
 
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
+from tileinfer.ops.backend import fused_layer
 from tileinfer.ops.linear import SKINNY_MAX_M
 from tileinfer.shapes import ModelShape
 
@@ -43,7 +44,7 @@ class ActivationModel:
     cuda: bool
     prefill_chunk: int
     max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
-    fused_layers: bool = False  # Ops.fuse_norms: one-token layers outside exact mode run fused_decoder_layer
+    fused_layers: bool = False  # Ops.fuse_norms (which steps it fuses: backend.fused_layer)
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
     step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
     fused_argmax: bool = False  # Ops.fused_argmax: greedy tokens come from the LM head's launch, no logits
@@ -63,8 +64,7 @@ class ActivationModel:
         return self.backend == "torch"
 
     def _fused(self, t: int) -> bool:
-        """Whether layers on t tokens run fused (`Ops.fused_layer`)."""
-        return self.fused_layers and t == 1 and not self.exact
+        return fused_layer(self.fused_layers, t, self.exact)
 
     # ---- prefill ------------------------------------------------------------------------------------
 

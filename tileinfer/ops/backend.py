@@ -42,6 +42,15 @@ def step_kv_setting() -> bool:
     return _switch("TILEINFER_STEP_KV", default="0")
 
 
+def fused_layer(fuse_norms: bool, t: int, exact: bool) -> bool:
+    """Whether a step of t tokens runs `fused_decoder_layer` (for the ops and for the memory plan): only a
+    single token outside exact mode, where our GEMM is a GEMV that sums x² from the x it holds in
+    registers. On the tensor-core path (t > 1, and every t in exact mode) the sum needs a load of x of its
+    own in every K-block, which cost more than the norms' launches: on the H200 a Qwen3-4B DFlash step took
+    4.60 ms fused and 3.82 ms with the norms apart (bench/results/floor_fused_steps_h200.csv)."""
+    return fuse_norms and t == 1 and not exact
+
+
 class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
@@ -89,12 +98,8 @@ class Ops:
             self._prefill = prefill_attention.prefill_attention
 
     def fused_layer(self, t: int) -> bool:
-        """Whether a step of t tokens runs `fused_decoder_layer`: only a single token outside exact mode,
-        where our GEMM is a GEMV that sums x² from the x it holds in registers. On the tensor-core path
-        (t > 1, and every t in exact mode) the sum needs a load of x of its own in every K-block, which
-        cost more than the norms' launches: on the H200 a Qwen3-4B DFlash step took 4.60 ms fused and
-        3.82 ms with the norms apart (bench/results/floor_fused_steps_h200.csv)."""
-        return self.fuse_norms and t == 1 and not self.exact
+        """Whether a step of t tokens runs `fused_decoder_layer` (`fused_layer` below)."""
+        return fused_layer(self.fuse_norms, t, self.exact)
 
     def linear(self, x, lin):
         return self._linear[self.exact](x, lin)
