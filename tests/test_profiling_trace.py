@@ -108,7 +108,9 @@ def test_recorded_cpu_trace_attributes_ops_to_layers(tmp_path):
     assert (df["name"] == "aten::linear").sum() == 2 and not (df["name"] == "aten::addmm").any()
     table = per_layer(df)
     assert set(table["layer"]) == {0, 1} and (table["model"] == "target").all()
-    assert table["time_ms"].sum() == pytest.approx(inside["duration_us"].sum() / 1e3)
+    # own times: an op's timestamps can reach a hair into the next one's, which is then charged the rest
+    assert table["time_ms"].sum() == pytest.approx(inside["own_us"].sum() / 1e3)
+    assert (inside["own_us"] <= inside["duration_us"]).all()
 
 
 def test_kernel_class_names():
