@@ -197,8 +197,8 @@ def kernels_from_events(events, cpu_ops=None):
 
 
 def own_times(df):
-    """Each kernel's time beyond the kernels that started before it on its device: its end minus the later
-    of its start and their latest end (0 inside them). With Programmatic Dependent Launch a kernel starts
+    """Each kernel's time beyond the kernels that started before it on its device: its duration less its
+    overlap with them (0 when it ends inside them). With Programmatic Dependent Launch a kernel starts
     while the one before it runs and waits for it, so durations overlap and their sum exceeds the wall
     time; own times partition the device's busy time, each interval charged to the kernel that ends it."""
     own = df["duration_us"].to_numpy(dtype=float).copy()
@@ -206,8 +206,8 @@ def own_times(df):
     for idx in df.groupby("device", sort=False).indices.values():
         idx = idx[np.argsort(starts[idx], kind="stable")]
         before = np.maximum.accumulate(np.concatenate([[-np.inf], ends[idx][:-1]]))
-        # the duration less its overlap: a kernel that overlaps nothing keeps its duration's exact value
-        # (epoch timestamps in µs carry only ~0.25 µs in a float64)
+        # from the duration, not end − start: a kernel that overlaps nothing keeps it exactly (epoch
+        # timestamps in µs carry only ~0.25 µs in a float64)
         own[idx] -= np.clip(before - starts[idx], 0.0, own[idx])
     return own
 
@@ -241,9 +241,9 @@ def _trace(fn, warmup=1):
 def trace_kernels(fn, *, warmup=1, label=None):
     """Run `fn()` `warmup` times, then once under torch.profiler; every kernel it ran as a DataFrame.
 
-    Columns: name, kernel_class, start_us, duration_us, own_us (`own_times`), end_us, grid, block, stream, device, phase,
-    model ("target"/"drafter"), layer (float, NaN outside layers), part ("attention"/"mlp"), scope
-    (innermost), scopes (all, "/"-joined), label. Without a GPU: top-level CPU ops, device "cpu".
+    Columns: name, kernel_class, start_us, duration_us, own_us (`own_times`), end_us, grid, block, stream,
+    device, phase, model ("target"/"drafter"), layer (float, NaN outside layers), part ("attention"/"mlp"),
+    scope (innermost), scopes (all, "/"-joined), label. Without a GPU: top-level CPU ops, device "cpu".
     """
     df, _ = _trace(fn, warmup)
     df["label"] = label
