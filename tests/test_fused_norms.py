@@ -149,11 +149,12 @@ def test_step_kv_decodes_as_two_launches_do(tmp_path, monkeypatch):
     assert torch.equal(runs["1"][2], runs["0"][2]), "V goes into the cache as projected"
 
 
-def test_fused_layer_only_for_one_token_outside_exact_mode():
+def test_fused_layers_for_steps_of_up_to_16_tokens():
     ops = Ops("triton", fuse_norms=True)
-    assert ops.fused_layer(1) and not ops.fused_layer(2) and not ops.fused_layer(16)
+    assert ops.fused_layer(1) and ops.fused_layer(16) and not ops.fused_layer(17)
+    assert ops.gemv(1) and not ops.gemv(2)
     ops.exact = True
-    assert not ops.fused_layer(1), "exact mode runs every step on the tensor-core path"
+    assert ops.fused_layer(1) and not ops.gemv(1), "exact mode runs every step on the tensor-core path"
     assert not Ops("triton", fuse_norms=False).fused_layer(1)
 
 
