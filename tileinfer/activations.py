@@ -25,6 +25,7 @@ from math import prod
 import torch
 
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
+from tileinfer.ops.backend import fused_layer, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
 from tileinfer.shapes import ModelShape
 
@@ -44,7 +45,7 @@ class ActivationModel:
     cuda: bool
     prefill_chunk: int
     max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
-    fused_layers: bool = False  # Ops.fuse_norms: layers of <= 16 tokens run fused_decoder_layer
+    fused_layers: bool = False  # Ops.fuse_norms (which steps it fuses: backend.fused_layer)
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
     step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
     fused_argmax: bool = False  # Ops.fused_argmax: greedy tokens come from the LM head's launch, no logits
@@ -64,12 +65,10 @@ class ActivationModel:
         return self.backend == "torch"
 
     def _fused(self, t: int) -> bool:
-        """Whether layers on t tokens run fused (`Ops.fused_layer`)."""
-        return self.fused_layers and t <= SKINNY_MAX_M
+        return fused_layer(self.fused_layers, t)
 
     def _gemv(self, t: int) -> bool:
-        """Whether our skinny GEMM on t rows is a GEMV (`Ops.gemv`)."""
-        return t == 1 and not self.exact
+        return gemv(t, self.exact)
 
     # ---- prefill ------------------------------------------------------------------------------------
 
@@ -133,8 +132,9 @@ class ActivationModel:
         """The verify's logits and `sampling.log_probs` on t rows: the tempered fp32 copy and the log-probs;
         with top-k / top-p also the sort's values and int64 order and the softmax and its cumulative sum.
         On CUDA a sort of rows longer than 4,096 is a radix sort that also holds 32 B per element (20 B
-        for one row) and cub's scratch, under 0.5 B per element: 11.05 fp32 [t, V] in all for 16 rows of
-        Qwen3's vocabulary on the H200, 8.06 for one row; shorter rows sort in place."""
+        for one row) and cub's scratch, under 0.5 B per element; shorter rows sort in place. The Qwen3-4B
+        top-k/top-p step that the plan missed without it: 122.3 MB on the H200
+        (bench/results/memory_plan_h200.csv)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         if not self.filtered:

@@ -42,6 +42,21 @@ def step_kv_setting() -> bool:
     return _switch("TILEINFER_STEP_KV", default="0")
 
 
+def fused_layer(fuse_norms: bool, t: int) -> bool:
+    """Whether a step of t tokens runs `fused_decoder_layer` (for the ops and for the memory plan): steps
+    of up to 16 tokens (our skinny GEMMs' rows) with `fuse_norms`. Its folded norms take each row's Σx²
+    from the residual GEMM before them (`linear_add`'s row sums); the first layer's, with none before it,
+    sums x² in the GEMM where that GEMM is a GEMV (`gemv`) and is a launch of its own on the tensor-core
+    path, where summing x² from a load of x of its own in every K-block cost a Qwen3-4B DFlash step
+    4.60 ms against 3.82 ms with the norms apart (H200, bench/results/floor_fused_steps_h200.csv)."""
+    return fuse_norms and t <= 16
+
+
+def gemv(t: int, exact: bool) -> bool:
+    """Whether our skinny GEMM on t rows is a GEMV (one row outside exact mode), not the tensor-core path."""
+    return t == 1 and not exact
+
+
 class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
@@ -89,17 +104,12 @@ class Ops:
             self._prefill = prefill_attention.prefill_attention
 
     def fused_layer(self, t: int) -> bool:
-        """Whether a step of t tokens runs `fused_decoder_layer`: steps of up to 16 tokens (our skinny GEMMs'
-        rows) with `fuse_norms`. Its folded norms take each row's Σx² from the residual GEMM before them
-        (`linear_add`'s row sums); the first layer's, with none before it, sums x² in the GEMM where that
-        GEMM is a GEMV (`gemv`) and is a launch of its own on the tensor-core path, where summing x from a
-        load of its own in every K-block cost a Qwen3-4B DFlash step 4.60 ms against 3.82 ms with the
-        norms apart (H200, bench/results/floor_fused_steps_h200.csv)."""
-        return self.fuse_norms and t <= 16
+        """Whether a step of t tokens runs `fused_decoder_layer` (`backend.fused_layer`)."""
+        return fused_layer(self.fuse_norms, t)
 
     def gemv(self, t: int) -> bool:
-        """Whether our skinny GEMM on t rows is a GEMV (one row outside exact mode), not the tensor-core path."""
-        return t == 1 and not self.exact
+        """Whether our skinny GEMM on t rows is a GEMV (`backend.gemv`)."""
+        return gemv(t, self.exact)
 
     def linear(self, x, lin):
         return self._linear[self.exact](x, lin)
