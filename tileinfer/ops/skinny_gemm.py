@@ -46,6 +46,7 @@ from tileinfer.ops.pdl import launch_options, prefetch_l2
 
 MAX_M = 16
 SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
+SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
 
 
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -260,7 +261,7 @@ def _skinny_gemm_kernel(
     y = rmsnorm(x) @ W.T: the products take x·g (x with 2) and the row's 1/RMS multiplies the sums (with
     splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles, BLOCK_M] and the last program adds them in
     split order); NORM 3: W carries g and Σx² comes from sums_in_ptr [sums_in_tiles, SUM_ROWS], summed over
-    its tiles in order (another kernel's SUMS_OUT). RESIDUAL: y holds the residual stream and becomes
+    its tiles (another kernel's SUMS_OUT). RESIDUAL: y holds the residual stream and becomes
     y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it); SUMS_OUT: each
     tile also writes Σ_n y[m, n]² over its columns to sums_out_ptr [tiles, SUM_ROWS].
     ARGMAX: y [M] int64 gets each row's argmax over n of the product rounded to x's dtype (the first
@@ -314,7 +315,7 @@ def _skinny_gemm_kernel(
             tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
     if done:
         if NORM == 3:
-            ss = _given_sums(sums_in_ptr, sums_in_tiles, offs_m)
+            ss = _given_sums(sums_in_ptr, sums_in_tiles, offs_m, BLOCK_M)
         if NORM:
             r = _rms_scale(ss, inv_k, eps)
             if BLOCK_M > 1:
@@ -340,12 +341,21 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
-def _given_sums(sums_ptr, tiles, offs_m):
-    """Σ over another kernel's tiles, in order, of its per-tile Σx² of each row ([BLOCK_M], or a scalar)."""
-    ss = tl.load(sums_ptr + offs_m, cache_modifier=".cg")
-    for t in range(1, tiles):
-        ss += tl.load(sums_ptr + t * SUM_ROWS + offs_m, cache_modifier=".cg")
-    return ss
+def _given_sums(sums_ptr, tiles, offs_m, BLOCK_M: tl.constexpr):
+    """Σ over another kernel's tiles of its per-tile Σx² of each row ([BLOCK_M], or a scalar): SUM_CHUNK
+    tiles per load, so the epilogue waits for a few L2 round trips, not one per tile."""
+    chunk = tl.arange(0, SUM_CHUNK)
+    if BLOCK_M == 1:
+        acc = tl.zeros([SUM_CHUNK], tl.float32)
+        for t0 in range(0, tiles, SUM_CHUNK):
+            acc += tl.load(sums_ptr + (t0 + chunk) * SUM_ROWS, mask=t0 + chunk < tiles, other=0.0,
+                           cache_modifier=".cg")
+    else:
+        acc = tl.zeros([SUM_CHUNK, BLOCK_M], tl.float32)
+        for t0 in range(0, tiles, SUM_CHUNK):
+            acc += tl.load(sums_ptr + (t0 + chunk)[:, None] * SUM_ROWS + offs_m[None, :],
+                           mask=(t0 + chunk < tiles)[:, None], other=0.0, cache_modifier=".cg")
+    return tl.sum(acc, axis=0)
 
 
 @triton.jit
@@ -394,7 +404,7 @@ def skinny_gemm(
     written (the LM head of a greedy step).
     `row_sums` (with `residual`): returns (residual, sums), sums [tiles, 16] fp32 holding each tile's Σ of
     the new residual's squares per row. `norm_sums`: such sums of x's rows, for a W that carries the norm's
-    weight: y = rms_norm(x, 1, eps) @ W.T with Σx² summed from them in order instead of from x.
+    weight: y = rms_norm(x, 1, eps) @ W.T with Σx² summed from them instead of from x.
     """
     m, k = x.shape
     n = w.shape[0]
