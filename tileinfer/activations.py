@@ -233,9 +233,9 @@ class ActivationModel:
     def _fused_layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
                            max_length: int, norm: int, rope: int, qk: int, up: bool) -> int:
         """fused_decoder_layer's peak beside its one stream tensor (h + residual). In our GEMMs the norms
-        and adds leave no tensor but the residual GEMMs' row sums (the down projection's held into the next
-        layer's qkv, o's through the gate_up); the first layer's input norm (every drafter layer's: not
-        folded) writes the normed x on the tensor-core path. Other linears write the normed x first and the
+        and adds leave no tensor but, on the tensor-core path, the residual GEMMs' row sums (the down
+        projection's held into the next layer's qkv, o's through the gate_up) and the first layer's normed x
+        (every drafter layer's: not folded); GEMVs sum x² themselves. Other linears write the normed x first and the
         product before its add."""
         b, h, i, d, hq = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads
         _, o_n, o_k = s.linears()[1]
@@ -243,14 +243,17 @@ class ActivationModel:
         prev = sums_o = sums_down = 0
         if self.fused_gemms:
             added = 0
-            in_gemv = self._gemv(t) and s is not self.drafter  # the first layer's Σx² summed in the GEMV
-            x = 0 if in_gemv else b(t, h)
-            prev, sums_o, sums_down = (self._row_sums_bytes(h, i, t), self._row_sums_bytes(o_n, o_k, t),
-                                       self._row_sums_bytes(h, i, t))
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t)
-            if in_gemv:
+            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t)
+            if self._gemv(t) and s is not self.drafter:  # every Σx² summed in the GEMVs: no row sums
+                x = 0
                 qkv_gemm += self._norm_sums_bytes(s.qkv_rows, h, t, False)
-            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t) + sums_o
+                gate_up += self._norm_sums_bytes(2 * i, h, t, True)
+            else:
+                x = b(t, h)
+                prev, sums_o, sums_down = (self._row_sums_bytes(h, i, t), self._row_sums_bytes(o_n, o_k, t),
+                                           self._row_sums_bytes(h, i, t))
+                gate_up += sums_o
         else:
             x = added = b(t, h)
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t)

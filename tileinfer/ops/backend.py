@@ -44,10 +44,9 @@ def step_kv_setting() -> bool:
 
 def fused_layer(fuse_norms: bool, t: int) -> bool:
     """Whether a step of t tokens runs `fused_decoder_layer` (for the ops and for the memory plan): steps
-    of up to 16 tokens (our skinny GEMMs' rows) with `fuse_norms`. Its folded norms take each row's Σx²
-    from the residual GEMM before them (`linear_add`'s row sums); the first layer's, with none before it,
-    sums x² in the GEMM where that GEMM is a GEMV (`gemv`) and is a launch of its own on the tensor-core
-    path, where summing x² from a load of x of its own in every K-block cost a Qwen3-4B DFlash step
+    of up to 16 tokens (our skinny GEMMs' rows) with `fuse_norms`. A GEMV (`gemv`) sums x² from the x
+    it holds; on the tensor-core path each folded norm takes its rows' Σx² from the residual GEMM before
+    it (`linear_add`'s row sums), and the first layer's, with none before it, is a launch of its own, where summing x² from a load of x of its own in every K-block cost a Qwen3-4B DFlash step
     4.60 ms against 3.82 ms with the norms apart (H200, bench/results/floor_fused_steps_h200.csv)."""
     return fuse_norms and t <= 16
 
@@ -148,8 +147,12 @@ class Ops:
 
     def linear_add(self, x, lin, residual):
         """residual += linear(x), in place: one launch where our skinny GEMM runs. Returns (residual, the
-        new residual's row sums for the next folded norm, or None)."""
+        new residual's row sums for the next folded norm, or None): a GEMV's norm sums x² from the x it holds
+        in registers for nothing, and summing in the epilogue of the GEMM before it cost a Qwen3-0.6B plain
+        step 0.94 ms against 0.83 (H200, bench/results/floor_norm_stats_h200.csv)."""
         if self._fused_gemms:
+            if self.gemv(x.numel() // x.shape[-1]):
+                return self._linear_add(x, lin, residual, self.exact), None
             return self._linear_add(x, lin, residual, self.exact, row_sums=True)
         return residual.add_(self.linear(x, lin)), None
 
