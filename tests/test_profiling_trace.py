@@ -148,3 +148,19 @@ def test_aggregations_on_gpu_fixture():
     assert table.loc["step", "total"] == pytest.approx(df["duration_us"].sum() / 1e3 / 2)
     layers = per_layer(df)
     assert set(zip(layers["model"], layers["layer"])) == {("target", 0), ("drafter", 1)}
+
+
+def test_overlapping_launches_are_charged_their_own_time():
+    """PDL: each kernel starts while the one before it runs and waits for it. Durations then add up to more
+    than the wall time; own times add up to the busy time, a kernel charged from the previous end."""
+    ev = []
+    for corr, (name, ts, dur) in enumerate([("_rms_norm_kernel", 0, 10), ("_skinny_gemm_kernel", 2, 28),
+                                           ("_split_kv_attention_kernel", 5, 40), ("_merge_splits_kernel", 20, 10),
+                                           ("_skinny_gemm_kernel", 70, 10)], start=1):
+        ev.append(_x("kernel", name, 1000 + ts, dur, DEV, 7, correlation=corr, stream=7, device=0))
+    df = kernels_from_events({"traceEvents": ev}).set_index("start_us")
+    assert list(df["own_us"]) == [10, 20, 15, 0, 10]  # the merge ends inside the attention: nothing of its own
+    assert df["own_us"].sum() == busy_time(df.reset_index()) < df["duration_us"].sum()
+    table = gemm_vs_attention_ms(df.reset_index().assign(phase="verify"), steps=1)
+    assert table.loc["step", "total"] == pytest.approx(0.055)
+    assert table.loc["step", "gemm"] == pytest.approx(0.030) and table.loc["step", "attention"] == pytest.approx(0.015)

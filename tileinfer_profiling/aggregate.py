@@ -1,4 +1,5 @@
-"""Sums over a kernel DataFrame (from `trace_kernels`): per layer, per kernel class, GEMM vs attention."""
+"""Sums over a kernel DataFrame (from `trace_kernels`): per layer, per kernel class, GEMM vs attention; times
+are own times (`trace.own_times`), which add up to the GPU's busy time where launches overlap."""
 
 from tileinfer_profiling.trace import KERNEL_CLASSES
 
@@ -7,7 +8,7 @@ def per_layer(df, steps=1):
     """Kernel time per (model, layer, part, kernel_class), in ms per step; rows outside layers dropped."""
     inside = df[df["layer"].notna()]
     out = (inside.groupby(["model", "layer", "part", "kernel_class"], dropna=False)
-           .agg(time_ms=("duration_us", "sum"), kernels=("duration_us", "size")).reset_index())
+           .agg(time_ms=("own_us", "sum"), kernels=("own_us", "size")).reset_index())
     out["time_ms"] = out["time_ms"] / 1e3 / steps
     out["kernels"] = out["kernels"] / steps
     out["layer"] = out["layer"].astype(int)
@@ -19,7 +20,7 @@ def per_class(df, steps=1):
     """Kernel time per (phase, kernel_class) in ms per step, with each row's share of the total."""
     phase = df["phase"].fillna("unattributed")
     out = (df.assign(phase=phase).groupby(["phase", "kernel_class"])
-           .agg(time_ms=("duration_us", "sum"), kernels=("duration_us", "size")).reset_index())
+           .agg(time_ms=("own_us", "sum"), kernels=("own_us", "size")).reset_index())
     total = out["time_ms"].sum()
     out["share"] = out["time_ms"] / total if total else float("nan")
     out["time_ms"] = out["time_ms"] / 1e3 / steps

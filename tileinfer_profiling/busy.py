@@ -56,5 +56,5 @@ def busy_by_phase(df, phases=None):
             continue
         window = (group["start_us"].min(), group["end_us"].max())
         rows.append({"phase": phase, "busy_fraction": busy_fraction(group, window),
-                     "span_ms": (window[1] - window[0]) / 1e3, "kernel_ms": group["duration_us"].sum() / 1e3})
+                     "span_ms": (window[1] - window[0]) / 1e3, "kernel_ms": group["own_us"].sum() / 1e3})
     return pd.DataFrame(rows, columns=["phase", "busy_fraction", "span_ms", "kernel_ms"])

@@ -41,11 +41,12 @@ class StepProfile:
         return self.summary.set_index("variant").T
 
     def kernel_table(self, top=15):
-        """The `top` kernels of a decoding step (prefill left out): calls and ms per step, mean µs, share."""
+        """The `top` kernels of a decoding step (prefill left out): calls and ms per step, mean µs, share (own
+        times, `trace.own_times`: with PDL a kernel's duration includes its wait for the one before it)."""
         steps = max(1, self.stats.get("steps") or 1)
         k = self.kernels[self.kernels["phase"] != "prefill"].assign(phase=lambda d: d["phase"].fillna("unattributed"))
         t = (k.groupby(["phase", "name", "kernel_class"])
-             .agg(calls=("duration_us", "size"), total_us=("duration_us", "sum")).reset_index())
+             .agg(calls=("own_us", "size"), total_us=("own_us", "sum")).reset_index())
         t["calls_per_step"] = t["calls"] / steps
         t["ms_per_step"] = t["total_us"] / 1e3 / steps
         t["mean_us"] = t["total_us"] / t["calls"]
@@ -60,7 +61,8 @@ def _stats_dict(generation):
 
 
 def summarize(kernels, stats, variant="eager"):
-    """One summary row: per-step kernel ms by phase and by class, wall ms per step, busy % of the steps.
+    """One summary row: per-step kernel ms by phase and by class (own times, which add up to the GPU's busy
+    time), wall ms per step, busy % of the steps.
 
     Busy % is over the decoding steps only: from the first to the last kernel outside prefill.
     """
@@ -72,15 +74,15 @@ def summarize(kernels, stats, variant="eager"):
            "wall_step_ms": stats.get("decode_ms", math.nan) / div, "decode_tok_s": stats.get("decode_tok_s"),
            "exact": stats.get("exact")}
     in_steps = kernels[kernels["phase"] != "prefill"]
-    row["kernel_ms_per_step"] = in_steps["duration_us"].sum() / 1e3 / div
-    by_phase = in_steps.groupby("phase")["duration_us"].sum() / 1e3 / div
+    row["kernel_ms_per_step"] = in_steps["own_us"].sum() / 1e3 / div
+    by_phase = in_steps.groupby("phase")["own_us"].sum() / 1e3 / div
     for phase in STEP_PHASES:
         row[f"{phase}_ms"] = by_phase.get(phase, math.nan)
     table = gemm_vs_attention_ms(kernels, div) if len(in_steps) else None
     for cls in KERNEL_CLASSES:
         row[f"{cls}_ms"] = table.loc["step", cls] if table is not None else math.nan
     row["busy_pct"] = 100 * busy_fraction(in_steps) if len(in_steps) else math.nan
-    row["prefill_kernel_ms"] = kernels.loc[kernels["phase"] == "prefill", "duration_us"].sum() / 1e3
+    row["prefill_kernel_ms"] = kernels.loc[kernels["phase"] == "prefill", "own_us"].sum() / 1e3
     return row
 
 

@@ -33,7 +33,7 @@ def report_summary(pair=None, generation=None, sweep=None, prof=None, runs=None,
                      fmt.integer(best["best_num_splits"])))
     if prof is not None:
         s = prof.summary.iloc[-1]
-        rows += [(f"DFlash step: kernel time ({s['variant']})", fmt.ms(s["kernel_ms_per_step"])),
+        rows += [(f"DFlash step: GPU time ({s['variant']})", fmt.ms(s["kernel_ms_per_step"])),
                  (f"DFlash step: GPU busy ({s['variant']})" if s["device"] != "cpu" else
                   f"DFlash step: kernels busy ({s['variant']})", f"{fmt.sig(s['busy_pct'])} %")]
     if runs is not None:

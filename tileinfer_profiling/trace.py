@@ -27,7 +27,7 @@ from tileinfer.tracing import PHASES
 from tileinfer_profiling import quiet
 
 KERNEL_CLASSES = ("attention", "gemm", "norm_rope", "other")
-COLUMNS = ["name", "kernel_class", "start_us", "duration_us", "end_us", "grid", "block", "stream",
+COLUMNS = ["name", "kernel_class", "start_us", "duration_us", "own_us", "end_us", "grid", "block", "stream",
            "device", "phase", "model", "layer", "part", "scope", "scopes"]
 
 _LAYER_SCOPE = re.compile(r"^(?:(drafter)\.)?layer\.(\d+)\.(\w+)$")
@@ -191,8 +191,23 @@ def kernels_from_events(events, cpu_ops=None):
     t0 = df["start_us"].min()
     df["start_us"] -= t0
     df["end_us"] -= t0
+    df["own_us"] = own_times(df)
     df["layer"] = df["layer"].astype("float64")
     return df
+
+
+def own_times(df):
+    """Each kernel's time beyond the kernels that started before it on its device: its end minus the later
+    of its start and their latest end (0 inside them). With Programmatic Dependent Launch a kernel starts
+    while the one before it runs and waits for it, so durations overlap and their sum exceeds the wall
+    time; own times partition the device's busy time, each interval charged to the kernel that ends it."""
+    own = np.zeros(len(df))
+    starts, ends = df["start_us"].to_numpy(dtype=float), df["end_us"].to_numpy(dtype=float)
+    for idx in df.groupby("device", sort=False).indices.values():
+        idx = idx[np.argsort(starts[idx], kind="stable")]
+        before = np.maximum.accumulate(np.concatenate([[-np.inf], ends[idx][:-1]]))
+        own[idx] = np.clip(ends[idx] - np.maximum(starts[idx], before), 0.0, None)
+    return own
 
 
 def _trace(fn, warmup=1):
@@ -224,7 +239,7 @@ def _trace(fn, warmup=1):
 def trace_kernels(fn, *, warmup=1, label=None):
     """Run `fn()` `warmup` times, then once under torch.profiler; every kernel it ran as a DataFrame.
 
-    Columns: name, kernel_class, start_us, duration_us, end_us, grid, block, stream, device, phase,
+    Columns: name, kernel_class, start_us, duration_us, own_us (`own_times`), end_us, grid, block, stream, device, phase,
     model ("target"/"drafter"), layer (float, NaN outside layers), part ("attention"/"mlp"), scope
     (innermost), scopes (all, "/"-joined), label. Without a GPU: top-level CPU ops, device "cpu".
     """
