@@ -66,6 +66,5 @@ def test_fused_norms_measured_beside_unfused(tmp_path, monkeypatch):
     assert keys == [("plain", "triton", "off"), ("dflash", "triton", "off"), ("plain", "cublas", "off"),
                     ("plain", "triton", "on"), ("dflash", "triton", "on")]
     launches = table[table["linears"] == "triton"].set_index(["mode", "fuse_norms"])["launches_per_layer"]
-    # plain decoding's RMSNorms fold into the GEMMs (on an H200, 8 launches per layer become 6; the CPU
-    # counts torch ops); DFlash steps of several tokens keep the norms' own launches
-    assert launches["plain", "on"] < launches["plain", "off"] and launches["dflash", "on"] == launches["dflash", "off"]
+    # the RMSNorms fold into the GEMMs (on an H200, 8 launches per layer become 6; the CPU counts torch ops)
+    assert launches["plain", "on"] < launches["plain", "off"] and launches["dflash", "on"] < launches["dflash", "off"]

@@ -149,11 +149,12 @@ def test_step_kv_decodes_as_two_launches_do(tmp_path, monkeypatch):
     assert torch.equal(runs["1"][2], runs["0"][2]), "V goes into the cache as projected"
 
 
-def test_fused_layer_only_for_one_token_outside_exact_mode():
+def test_fused_layers_for_steps_of_up_to_16_tokens():
     ops = Ops("triton", fuse_norms=True)
-    assert ops.fused_layer(1) and not ops.fused_layer(2) and not ops.fused_layer(16)
+    assert ops.fused_layer(1) and ops.fused_layer(16) and not ops.fused_layer(17)
+    assert ops.gemv(1) and not ops.gemv(2)
     ops.exact = True
-    assert not ops.fused_layer(1), "exact mode runs every step on the tensor-core path"
+    assert ops.fused_layer(1) and not ops.gemv(1), "exact mode runs every step on the tensor-core path"
     assert not Ops("triton", fuse_norms=False).fused_layer(1)
 
 
@@ -273,3 +274,31 @@ def test_fused_engine_folds_the_norms_the_drafter_keeps_its_input_norm(tmp_path,
     monkeypatch.setenv("TILEINFER_FUSE_NORMS", "0")
     plain = tileinfer.load(target, draft=draft, weights="bf16", backend="triton")
     assert not any(layer.input_norm_folded or layer.post_norm_folded for layer in plain.target.layers)
+
+
+@pytest.mark.parametrize("m", [1, 5, 16])
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_residual_gemm_writes_the_next_norms_sums(device, m, split_k):
+    """o_proj / down_proj with the residual add write each tile's Σ of the new stream's squares; a folded
+    norm after them reads those sums instead of summing x² itself: rms_norm(stream) @ W.T."""
+    g = torch.Generator().manual_seed(m + split_k)
+    n, k = 72, 96
+    x = torch.randn(m, k, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(device, torch.bfloat16)
+    residual = (torch.randn(m, n, generator=g) * 3).to(device, torch.bfloat16)
+    cfg = GemmConfig(block_n=16, block_k=32, split_k=split_k, num_warps=4, num_stages=2)
+    for exact in (False, True):
+        stream, sums = skinny_gemm(x, w, residual=residual.clone(), config=cfg, exact=exact, row_sums=True)
+        assert sums.shape == (n // 16 + (n % 16 > 0), 16)
+        assert torch.equal(stream, skinny_gemm(x, w, residual=residual.clone(), config=cfg, exact=exact))
+        rows = 16 if exact or m > 1 else 1
+        assert_close(sums[:, :min(m, rows)].sum(0), stream.float().pow(2).sum(1)[:rows], atol=1e-3, rtol=1e-5,
+                     what=f"row sums M={m} split {split_k} exact={exact}")
+        norm_w = (torch.rand(n, generator=g) + 0.5).to(device, torch.bfloat16)
+        lin = Linear(weight=(torch.randn(40, n, generator=g) / n**0.5).to(device, torch.bfloat16))
+        folded = fold_norm_weight(lin, norm_w)
+        y = skinny_gemm(stream, folded.weight, norm_sums=sums, exact=exact, eps=EPS)
+        ref = _unfused(stream, norm_w, lin)
+        assert_close(y, ref, atol=2e-2 * ref.abs().max().item(), rtol=0, what=f"norm from sums M={m}")
+        ours = skinny_gemm(stream, folded.weight, unit_norm=True, exact=exact, eps=EPS)
+        assert_close(y, ours, atol=1e-2 * ref.abs().max().item(), rtol=0, what="sums against the loop's Σx²")

@@ -98,7 +98,12 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
                    & (opcodes["kernel"] == "_skinny_gemm_kernel")]
     writes = loop[loop["opcode"].isin(["STS", "MEMBAR", "FENCE"])].groupby("op")["count"].sum()
     assert writes.get("linear qkv + norm", 0) > 0
-    assert all(writes.get(f"linear {name} + folded norm", 0) == 0 for name in ("qkv", "gate_up")), writes
+    assert all(writes.get(f"linear {name} + {fold}", 0) == 0
+               for name in ("qkv", "gate_up") for fold in ("folded norm", "norm from sums")), writes
+    # the norm that reads its sums has the plain projection's main loop: no load of x of its own
+    loads = loop[loop["opcode"].str.startswith("LDG")].groupby("op")["count"].sum()
+    assert all(loads[f"linear {name} + norm from sums"] < loads[f"linear {name} + folded norm"]
+               for name in ("qkv", "gate_up")), loads
     # every shared-memory ring of a wgmma GEMM as deep as the others (a shallower one was overwritten while
     # an asynchronous wgmma still read it: wrong rows on the H200 under load)
     rings = gemm["wgmma_rings"].fillna("").astype(str).str.split()

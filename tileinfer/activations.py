@@ -5,8 +5,9 @@ Prefill runs the prompt in chunks of T = min(prefill_chunk, prompt) tokens, so p
 decoder layer on T tokens — the residual stream (h, x, residual), the MLP's gate_up [T, 2I] and its
 activation [T, I] (a step of T <= 16 on the Triton backend computes the activation in the gate_up GEMM) — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
 right after, and the previous chunk's h and residual still bound. Logits exist for the last row only.
-A one-token step that `Ops.fused_layer` fuses runs `fused_decoder_layer`: its stream is one tensor (h +
-residual), and in our GEMMs the norms and residual adds leave no tensor of their own.
+Up to 16 tokens with `Ops.fuse_norms` a layer is `fused_decoder_layer`: its stream is one tensor (h +
+residual) and the row sums of its squares; in our GEMMs the norms and residual adds leave no tensor of their
+own, but for the first layer's (and the drafter's) input norm on the tensor-core path.
 With the Triton backend the prefill attention is a flash kernel (no scores); the PyTorch reference
 materialises [Hq, T, L] scores. Every tensor is counted as the allocator holds it: on CUDA the caching
 allocator rounds each one up to 512 bytes, which dominates for small models.
@@ -24,7 +25,7 @@ from math import prod
 import torch
 
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
-from tileinfer.ops.backend import fused_layer
+from tileinfer.ops.backend import fused_layer, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
 from tileinfer.shapes import ModelShape
 
@@ -64,7 +65,10 @@ class ActivationModel:
         return self.backend == "torch"
 
     def _fused(self, t: int) -> bool:
-        return fused_layer(self.fused_layers, t, self.exact)
+        return fused_layer(self.fused_layers, t)
+
+    def _gemv(self, t: int) -> bool:
+        return gemv(t, self.exact)
 
     # ---- prefill ------------------------------------------------------------------------------------
 
@@ -182,6 +186,11 @@ class ActivationModel:
         split_k, _ = self._skinny_split(n, k, m)
         return self.b(split_k, m, n, e=4) if split_k > 1 else 0
 
+    def _row_sums_bytes(self, n: int, k: int, m: int) -> int:
+        """The row sums [tiles, 16] fp32 a residual GEMM writes for the next folded norm."""
+        _, block_n = self._skinny_split(n, k, m)
+        return self.b(-(-n // block_n), SKINNY_MAX_M, e=4)
+
     def _norm_sums_bytes(self, n: int, k: int, m: int, swiglu: bool) -> int:
         """A folded norm's per-split Σx² [splits, tiles, rows per tile] in fp32 (split-K only)."""
         split_k, block_n = self._skinny_split(n, k, m)
@@ -224,23 +233,36 @@ class ActivationModel:
     def _fused_layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
                            max_length: int, norm: int, rope: int, qk: int, up: bool) -> int:
         """fused_decoder_layer's peak beside its one stream tensor (h + residual). In our GEMMs the norms
-        and adds leave no tensor; other linears write the normed x first and the product before its add."""
+        and adds leave no tensor but, on the tensor-core path, the residual GEMMs' row sums (the down
+        projection's held into the next layer's qkv, o's through the gate_up) and the first layer's normed x
+        (every drafter layer's: not folded); GEMVs sum x² themselves. Other linears write the normed x first and the
+        product before its add."""
         b, h, i, d, hq = self.b, s.hidden, s.intermediate, s.head_dim, s.q_heads
         _, o_n, o_k = s.linears()[1]
         qkv = b(t, s.qkv_rows)
+        prev = sums_o = sums_down = 0
         if self.fused_gemms:
-            x = added = 0
-            qkv_gemm = self._linear_scratch(s.qkv_rows, h, t) + self._norm_sums_bytes(s.qkv_rows, h, t, False)
-            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t) + self._norm_sums_bytes(2 * i, h, t, True)
+            added = 0
+            qkv_gemm = self._linear_scratch(s.qkv_rows, h, t)
+            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t)
+            if self._gemv(t) and s is not self.drafter:  # every Σx² summed in the GEMVs: no row sums
+                x = 0
+                qkv_gemm += self._norm_sums_bytes(s.qkv_rows, h, t, False)
+                gate_up += self._norm_sums_bytes(2 * i, h, t, True)
+            else:
+                x = b(t, h)
+                prev, sums_o, sums_down = (self._row_sums_bytes(h, i, t), self._row_sums_bytes(o_n, o_k, t),
+                                           self._row_sums_bytes(h, i, t))
+                gate_up += sums_o
         else:
             x = added = b(t, h)
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t)
             act = b(t, 2 * i) + (3 if up else 2) * b(t, i, e=4) if self.reference else b(t, 2 * i) + b(t, i)
             gate_up = max(norm, x + b(t, 2 * i) + self._linear_scratch(2 * i, h, t), x + act)
-        attention = max(norm if x else 0, qkv + x + qkv_gemm + rope,
-                        qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
-                        qkv + b(t, hq * d) + added + self._linear_scratch(o_n, o_k, t))
-        down = b(t, i) + added + self._linear_scratch(h, i, t)
+        attention = max(norm if x else 0, prev + qkv + x + qkv_gemm + rope,
+                        prev + qkv + qk + self._attention_bytes(s, t, kv_len, causal, decode, max_length),
+                        prev + qkv + b(t, hq * d) + added + self._linear_scratch(o_n, o_k, t) + sums_o)
+        down = b(t, i) + added + self._linear_scratch(h, i, t) + sums_down
         return max(attention, gate_up, down)
 
     def _attention_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,

@@ -65,11 +65,13 @@ class Case:
     config: str = ""  # a skinny GEMM's GemmConfig as JSON; "" for the tuned one
 
 
-# Ops.fuse_norms: the norms and adds folded in (the engine's one-token steps); "folded norm": the norm's
-# weight carried by W (loading folds it into float projections), "norm": applied in the loop (skinny_gemm's
-# `norm=`); "argmax": a greedy step's LM head writes token ids, not logits
-FUSED = {"qkv": ("norm", "folded norm"), "o": ("residual",), "gate_up": ("norm", "folded norm"),
-         "down": ("residual",), "lm_head": ("argmax",)}
+# Ops.fuse_norms: the norms and adds folded in; "folded norm": the norm's weight carried by W (loading
+# folds it into float projections) and Σx² summed in the loop (the first layer's GEMV), "norm from sums":
+# Σx² read from the row sums the residual GEMM before wrote ("residual + row sums"), "norm": the weight
+# applied in the loop (skinny_gemm's `norm=`); "argmax": a greedy step's LM head writes token ids
+FUSED = {"qkv": ("norm", "folded norm", "norm from sums"), "o": ("residual", "residual + row sums"),
+         "gate_up": ("norm", "folded norm", "norm from sums"), "down": ("residual", "residual + row sums"),
+         "lm_head": ("argmax",)}
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
@@ -348,9 +350,11 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
                else _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind))
         name = case.op.split()[1]
         norm = torch.empty(k, dtype=bf16) if case.op.endswith("+ norm") else None
-        residual = torch.empty(t, n, dtype=bf16) if case.op.endswith("+ residual") else None
+        residual = torch.empty(t, n, dtype=bf16) if "+ residual" in case.op else None
+        sums = torch.empty(1, skinny_gemm.MAX_M) if case.op.endswith("norm from sums") else None
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual,
-                                unit_norm=case.op.endswith("+ folded norm"), argmax=case.op.endswith("+ argmax"))
+                                unit_norm=case.op.endswith("+ folded norm"), argmax=case.op.endswith("+ argmax"),
+                                row_sums=case.op.endswith("row sums"), norm_sums=sums)
         return json.dumps(cfg.as_dict())
     if case.op.startswith("rms_norm"):
         h = shape.hidden

@@ -57,7 +57,7 @@ class DFlashDrafter:
         stream = [ops.embedding(block_ids, self.target.embed_tokens), None]
         for i, layer in enumerate(self.layers):
             decoder_layer(ops, c, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"drafter.layer.{i}")
-        return final_rms_norm(ops, *stream, self.norm, c.rms_norm_eps)
+        return final_rms_norm(ops, *stream[:2], self.norm, c.rms_norm_eps)
 
     def named_linears(self):
         for i, layer in enumerate(self.layers):

@@ -59,9 +59,9 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
     """Advance the residual stream [h, residual] through one pre-norm decoder layer, in place: the caller
     holds no reference to the old tensors, so each is freed as soon as it is used (prefill's peak memory
     per chunk depends on it). `name` labels the layer's profiler ranges. Steps that `ops.fused_layer`
-    fuses keep the stream as [None, h + residual] (`fused_decoder_layer`)."""
+    fuses keep the stream as [None, h + residual, its row sums] (`fused_decoder_layer`)."""
     eps = config.rms_norm_eps
-    h, residual = stream
+    h, residual = stream[:2]
     if ops.fused_layer((residual if h is None else h).shape[0]):
         return fused_decoder_layer(ops, config, layer, stream, positions, cos_sin, k_cache, v_cache, ctx, name)
     stream.clear()
@@ -78,30 +78,35 @@ def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream
                         k_cache, v_cache, ctx: AttentionContext, name: str):
     """`decoder_layer` in four GEMM launches around the attention: each RMSNorm folded into the projection
     after it (where loading folded its weight into that projection, `fold_layer_norms`), each residual add
-    into the projection before it; the stream leaves as [None, h + residual]."""
+    into the projection before it; the stream leaves as [None, h + residual, sums]: the sums of its rows'
+    squares that the down projection wrote, which the next layer's folded norm reads instead of summing."""
     eps = config.rms_norm_eps
-    h, residual = stream
+    h, residual = stream[:2]
+    sums = stream[2] if len(stream) > 2 else None
     stream.clear()
     if residual is None:  # the first layer: the embedding rows are the residual stream
         residual = h
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
-        qkv = normed_linear(ops, residual, layer.input_layernorm, eps, layer.qkv_proj, layer.input_norm_folded)
+        qkv = normed_linear(ops, residual, layer.input_layernorm, eps, layer.qkv_proj, layer.input_norm_folded,
+                            sums=sums)
         out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
-        ops.linear_add(out, layer.o_proj, residual)
+        _, sums = ops.linear_add(out, layer.o_proj, residual)
         del qkv, out  # not held through the MLP (the memory plan counts them in attention only)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
         act = normed_linear(ops, residual, layer.post_attention_layernorm, eps, layer.gate_up_proj,
-                            layer.post_norm_folded, swiglu=True)
-        ops.linear_add(act, layer.down_proj, residual)
-    stream[:] = (None, residual)
+                            layer.post_norm_folded, swiglu=True, sums=sums)
+        del sums
+        _, sums = ops.linear_add(act, layer.down_proj, residual)
+    stream[:] = (None, residual, sums)
 
 
-def normed_linear(ops: Ops, x, norm, eps, lin: Linear, folded: bool, swiglu: bool = False):
+def normed_linear(ops: Ops, x, norm, eps, lin: Linear, folded: bool, swiglu: bool = False, sums=None):
     """The projection (SwiGLU'd with `swiglu`) of rms_norm(x): one launch when the norm's weight is folded
-    into `lin`; else the norm's own launch first, since scaling x inside a tensor-core GEMM's loop costs
-    more than that launch (each x tile goes back to shared memory before wgmma reads it)."""
-    if folded:
-        return ops.norm_linear(x, norm, eps, lin, swiglu=swiglu, folded=True)
+    into `lin` and x's row sums come with it (`sums`) or the GEMM is a GEMV (which sums x² from registers);
+    else the norm's own launch first: scaling x inside a tensor-core GEMM's loop costs more than that
+    launch (each x tile goes back to shared memory before wgmma reads it), and so does summing x² there."""
+    if folded and (sums is not None or ops.gemv(x.shape[0])):
+        return ops.norm_linear(x, norm, eps, lin, swiglu=swiglu, folded=True, sums=sums)
     normed = ops.rms_norm(x, norm, eps)[0]
     return ops.linear_swiglu(normed, lin) if swiglu else ops.linear(normed, lin)
 
@@ -154,7 +159,7 @@ class Qwen3ForCausalLM:
                         tap.copy_(stream[1])
                     else:
                         torch.add(*stream, out=tap)
-        return tuple(stream)
+        return tuple(stream[:2])
 
     def final_norm(self, h, residual):
         """rms_norm of the last layer's stream (h None: residual already holds h + residual)."""

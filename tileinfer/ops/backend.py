@@ -31,7 +31,7 @@ def _switch(name: str, default: str = "1") -> bool:
 
 
 def fuse_norms_setting() -> bool:
-    """TILEINFER_FUSE_NORMS (1 or 0, default 1): fused decoder layers for one-token steps (`Ops.fused_layer`)."""
+    """TILEINFER_FUSE_NORMS (1 or 0, default 1): fused decoder layers for steps of up to 16 tokens (`Ops.fused_layer`)."""
     return _switch("TILEINFER_FUSE_NORMS")
 
 
@@ -42,21 +42,26 @@ def step_kv_setting() -> bool:
     return _switch("TILEINFER_STEP_KV", default="0")
 
 
-def fused_layer(fuse_norms: bool, t: int, exact: bool) -> bool:
-    """Whether a step of t tokens runs `fused_decoder_layer` (for the ops and for the memory plan): only a
-    single token outside exact mode, where our GEMM is a GEMV that sums x² from the x it holds in
-    registers. On the tensor-core path (t > 1, and every t in exact mode) the sum needs a load of x of its
-    own in every K-block, which cost more than the norms' launches: on the H200 a Qwen3-4B DFlash step took
-    4.60 ms fused and 3.82 ms with the norms apart (bench/results/floor_fused_steps_h200.csv)."""
-    return fuse_norms and t == 1 and not exact
+def fused_layer(fuse_norms: bool, t: int) -> bool:
+    """Whether a step of t tokens runs `fused_decoder_layer` (for the ops and for the memory plan): steps
+    of up to 16 tokens (our skinny GEMMs' rows) with `fuse_norms`. A GEMV (`gemv`) sums x² from the x
+    it holds; on the tensor-core path each folded norm takes its rows' Σx² from the residual GEMM before
+    it (`linear_add`'s row sums), and the first layer's, with none before it, is a launch of its own, where summing x² from a load of x of its own in every K-block cost a Qwen3-4B DFlash step
+    4.60 ms against 3.82 ms with the norms apart (H200, bench/results/floor_fused_steps_h200.csv)."""
+    return fuse_norms and t <= 16
+
+
+def gemv(t: int, exact: bool) -> bool:
+    """Whether our skinny GEMM on t rows is a GEMV (one row outside exact mode), not the tensor-core path."""
+    return t == 1 and not exact
 
 
 class Ops:
     """The kernels a model runs on. `exact` (settable per call): every op computes a row of a step
     (1…16 tokens) with the bits it has when computed alone, so DFlash verify rows equal plain decoding's.
-    `fuse_norms`: one-token steps outside exact mode fold each RMSNorm into the projection after it and each
-    residual add into the projection before it (`fused_layer`, `norm_linear`, `linear_add`); loading folds
-    the norms' weights into the projections either way. None reads TILEINFER_FUSE_NORMS (1 or 0, default 1).
+    `fuse_norms`: steps of up to 16 tokens fold each RMSNorm into the projection after it and each residual
+    add into the projection before it (`fused_layer`, `norm_linear`, `linear_add`); loading folds the norms'
+    weights into the projections. None reads TILEINFER_FUSE_NORMS (1 or 0, default 1).
     `step_kv`: on the Triton backend, a decode step's Q/K norms, RoPE and KV-cache write run in the
     attention's launch (`step_attention`); None reads TILEINFER_STEP_KV."""
 
@@ -98,8 +103,12 @@ class Ops:
             self._prefill = prefill_attention.prefill_attention
 
     def fused_layer(self, t: int) -> bool:
-        """Whether a step of t tokens runs `fused_decoder_layer` (`fused_layer` below)."""
-        return fused_layer(self.fuse_norms, t, self.exact)
+        """Whether a step of t tokens runs `fused_decoder_layer` (`backend.fused_layer`)."""
+        return fused_layer(self.fuse_norms, t)
+
+    def gemv(self, t: int) -> bool:
+        """Whether our skinny GEMM on t rows is a GEMV (`backend.gemv`)."""
+        return gemv(t, self.exact)
 
     def linear(self, x, lin):
         return self._linear[self.exact](x, lin)
@@ -116,11 +125,12 @@ class Ops:
         on our skinny GEMM, whose tensor-core path then takes x as it is."""
         return self.fuse_norms and self._fused_gemms
 
-    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False, folded: bool = False):
+    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False, folded: bool = False, sums=None):
         """linear(rms_norm(x)) (linear_swiglu with `swiglu`): one launch where our skinny GEMM runs.
-        `folded`: lin carries the norm's weight and `norm` is all ones (`fold_layer_norms`)."""
+        `folded`: lin carries the norm's weight and `norm` is all ones (`fold_layer_norms`); `sums`: x's
+        row sums from the residual GEMM that wrote it (`linear_add`)."""
         if self._fused_gemms:
-            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu, folded)
+            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu, folded, sums)
         normed = self.rms_norm(x, norm, eps)[0]
         return self.linear_swiglu(normed, lin) if swiglu else self.linear(normed, lin)
 
@@ -136,10 +146,15 @@ class Ops:
         return self.linear(x, lm_head).argmax(dim=-1)
 
     def linear_add(self, x, lin, residual):
-        """residual += linear(x), in place: one launch where our skinny GEMM runs."""
+        """residual += linear(x), in place: one launch where our skinny GEMM runs. Returns (residual, the
+        new residual's row sums for the next folded norm, or None): a GEMV's norm sums x² from the x it holds
+        in registers for nothing, and summing in the epilogue of the GEMM before it cost a Qwen3-0.6B plain
+        step 0.94 ms against 0.83 (H200, bench/results/floor_norm_stats_h200.csv)."""
         if self._fused_gemms:
-            return self._linear_add(x, lin, residual, self.exact)
-        return residual.add_(self.linear(x, lin))
+            if self.gemv(x.numel() // x.shape[-1]):
+                return self._linear_add(x, lin, residual, self.exact), None
+            return self._linear_add(x, lin, residual, self.exact, row_sums=True)
+        return residual.add_(self.linear(x, lin)), None
 
     def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
                        ctx: AttentionContext):

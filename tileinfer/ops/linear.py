@@ -209,31 +209,40 @@ def fold_norm_weight(lin: Linear, norm: torch.Tensor) -> Linear:
 
 
 def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, exact: bool = False,
-                swiglu: bool = False, folded: bool = False) -> torch.Tensor:
+                swiglu: bool = False, folded: bool = False, sums: torch.Tensor | None = None) -> torch.Tensor:
     """linear (or linear_swiglu) of rms_norm(x, norm, eps): at M <= 16 one skinny launch that applies the
     norm on the way in (no normed x written); else the two calls. `folded`: `lin` carries the norm's
-    weight (`fold_norm_weight`) and `norm` is all ones."""
+    weight (`fold_norm_weight`) and `norm` is all ones. `sums` (with `folded`): the row sums a residual
+    GEMM wrote with x (`linear_add(row_sums=True)`), so the launch takes Σx² from them."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     if not _skinny_ok(x2, lin):
         normed = rms_norm(x2, norm, eps)[0]
         y = linear_swiglu(normed, lin, exact) if swiglu else linear(normed, lin, exact)
+    elif folded and sums is not None:
+        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
+                        swiglu=swiglu, eps=eps, norm_sums=sums)
     else:
         y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
                         swiglu=swiglu, norm=None if folded else norm, eps=eps, unit_norm=folded)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False) -> torch.Tensor:
+def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False,
+               row_sums: bool = False):
     """residual += linear(x, lin), in place (the product rounded to the residual's dtype first, the sum
-    rounded once, as rms_norm's residual add does); returns residual. One launch at M <= 16."""
+    rounded once, as rms_norm's residual add does); returns residual. One launch at M <= 16.
+    `row_sums`: returns (residual, sums), the sums of the new residual's squares per tile that a folded
+    norm after it takes (`norm_linear(sums=...)`), None where the launch is not our skinny GEMM."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     r2 = residual.view(-1, lin.out_features)
     if not _skinny_ok(x2, lin) or r2.dtype != x.dtype:
-        return residual.add_(linear(x, lin, exact))
-    skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2)
-    return residual
+        residual.add_(linear(x, lin, exact))
+        return (residual, None) if row_sums else residual
+    out = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2,
+                      row_sums=row_sums)
+    return (residual, out[1]) if row_sums else residual
 
 
 def embedding(ids: torch.Tensor, lin: Linear, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -26,7 +26,8 @@ in one K loop and stores silu(gate) * up, so the activation needs no launch and 
 small and in L2: a second load of each tile), and the epilogue scales the sums by the row's 1/RMS (no
 normed x written). `unit_norm=True` is the same for a W that carries the norm's weight.
 `residual=` folds the residual add after it in: the product, rounded to the model dtype, is added to the
-residual stream in place.
+residual stream in place; with `row_sums=True` each tile also writes the Σ of its columns' squares of the
+new stream, so the next folded norm (`norm_sums=`) reads its statistics instead of summing x² itself.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from tileinfer.ops.gemm_configs import GemmConfig, get_config
 from tileinfer.ops.pdl import launch_options, prefetch_l2
 
 MAX_M = 16
+SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
+SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
 
 
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -237,15 +240,15 @@ def _rms_scale(ss, inv_k, eps):
 
 # M is never specialized (Triton compiles M = 1 and multiples of 16 apart): exact rows come from one compiled
 # kernel whatever the number of rows.
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "sums_in_tiles"])
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr,
-    M, N, K, k_per_split, half, inv_k, eps,
+    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, sums_in_ptr, sums_out_ptr,
+    M, N, K, k_per_split, half, inv_k, eps, sums_in_tiles,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr, LINES: tl.constexpr,
+    PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -257,8 +260,10 @@ def _skinny_gemm_kernel(
     NORM (1, or 2 for a unit weight already folded into W): x is RMSNorm'ed with weight g on the way in,
     y = rmsnorm(x) @ W.T: the products take x·g (x with 2) and the row's 1/RMS multiplies the sums (with
     splits, each split's Σx² goes to ss_ptr [SPLIT_K, tiles, BLOCK_M] and the last program adds them in
-    split order). RESIDUAL: y holds the residual stream and
-    becomes y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it).
+    split order); NORM 3: W carries g and Σx² comes from sums_in_ptr [sums_in_tiles, SUM_ROWS], summed over
+    its tiles (another kernel's SUMS_OUT). RESIDUAL: y holds the residual stream and becomes
+    y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it); SUMS_OUT: each
+    tile also writes Σ_n y[m, n]² over its columns to sums_out_ptr [tiles, SUM_ROWS].
     ARGMAX: y [M] int64 gets each row's argmax over n of the product rounded to x's dtype (the first
     column of the largest value): each tile's keys meet in key_ptr's slots by atomic max, and the last
     tile to arrive (counter number num_programs(0)) writes the ids and resets the slots.
@@ -271,9 +276,10 @@ def _skinny_gemm_kernel(
     n_mask = offs_n < (half if SWIGLU else N)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
+    LOOP_NORM: tl.constexpr = NORM if NORM < 3 else 0
     acc, up, ss = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
                             stride_wn, half, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8,
-                            SWIGLU, PDL, NORM, PREFETCH, LINES)
+                            SWIGLU, PDL, LOOP_NORM, PREFETCH, LINES)
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
@@ -290,7 +296,7 @@ def _skinny_gemm_kernel(
         if SWIGLU:
             tl.store(part_ptrs + half, up, mask=mask)
         tiles = tl.num_programs(0)
-        if NORM:
+        if LOOP_NORM:
             tl.store(ss_ptr + (pid_k * tiles + pid_n) * BLOCK_M + offs_m, ss)
         # Every thread's partial stores come before the counter's release; the program that counts last
         # acquires them all, sums the splits, and leaves the counter at 0 for the next launch or replay.
@@ -302,12 +308,14 @@ def _skinny_gemm_kernel(
             acc = _sum_splits(part_ptr, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
             if SWIGLU:
                 up = _sum_splits(part_ptr + half, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
-            if NORM:
+            if LOOP_NORM:
                 ss = tl.load(ss_ptr + pid_n * BLOCK_M + offs_m, cache_modifier=".cg")
                 for s in range(1, num_splits):
                     ss += tl.load(ss_ptr + (s * tiles + pid_n) * BLOCK_M + offs_m, cache_modifier=".cg")
             tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
     if done:
+        if NORM == 3:
+            ss = _given_sums(sums_in_ptr, sums_in_tiles, offs_m, BLOCK_M)
         if NORM:
             r = _rms_scale(ss, inv_k, eps)
             if BLOCK_M > 1:
@@ -326,6 +334,28 @@ def _skinny_gemm_kernel(
                 res = tl.load(y_ptrs, mask=mask, other=0.0)
                 out = (out.to(tl.float32) + res.to(tl.float32)).to(y_ptr.dtype.element_ty)
             tl.store(y_ptrs, out, mask=mask)
+            if SUMS_OUT:
+                sq = out.to(tl.float32)
+                sq = tl.where(mask, sq * sq, 0.0)
+                tl.store(sums_out_ptr + pid_n * SUM_ROWS + offs_m, tl.sum(sq, axis=0))
+
+
+@triton.jit
+def _given_sums(sums_ptr, tiles, offs_m, BLOCK_M: tl.constexpr):
+    """Σ over another kernel's tiles of its per-tile Σx² of each row ([BLOCK_M], or a scalar): SUM_CHUNK
+    tiles per load, so the epilogue waits for a few L2 round trips, not one per tile."""
+    chunk = tl.arange(0, SUM_CHUNK)
+    if BLOCK_M == 1:
+        acc = tl.zeros([SUM_CHUNK], tl.float32)
+        for t0 in range(0, tiles, SUM_CHUNK):
+            acc += tl.load(sums_ptr + (t0 + chunk) * SUM_ROWS, mask=t0 + chunk < tiles, other=0.0,
+                           cache_modifier=".cg")
+    else:
+        acc = tl.zeros([SUM_CHUNK, BLOCK_M], tl.float32)
+        for t0 in range(0, tiles, SUM_CHUNK):
+            acc += tl.load(sums_ptr + (t0 + chunk)[:, None] * SUM_ROWS + offs_m[None, :],
+                           mask=(t0 + chunk < tiles)[:, None], other=0.0, cache_modifier=".cg")
+    return tl.sum(acc, axis=0)
 
 
 @triton.jit
@@ -357,8 +387,9 @@ def _pow2_at_least(v: int, lo: int = 16) -> int:
 def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
-    residual: torch.Tensor | None = None, unit_norm: bool = False, argmax: bool = False,
-) -> torch.Tensor:
+    residual: torch.Tensor | None = None, unit_norm: bool = False, argmax: bool = False, row_sums: bool = False,
+    norm_sums: torch.Tensor | None = None,
+):
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
     `config` overrides the tuned/heuristic launch config (the tuner and the tests use it). `exact`: each
@@ -371,6 +402,9 @@ def skinny_gemm(
     (`linear.fold_norm_weight`): the x tiles go to the tensor cores untouched, only their squares are summed.
     `argmax`: y [M] int64, each row's `torch.argmax` of the product rounded to x.dtype, with no product
     written (the LM head of a greedy step).
+    `row_sums` (with `residual`): returns (residual, sums), sums [tiles, 16] fp32 holding each tile's Σ of
+    the new residual's squares per row. `norm_sums`: such sums of x's rows, for a W that carries the norm's
+    weight: y = rms_norm(x, 1, eps) @ W.T with Σx² summed from them instead of from x.
     """
     m, k = x.shape
     n = w.shape[0]
@@ -381,7 +415,12 @@ def skinny_gemm(
     assert norm is None or (norm.shape == (k,) and norm.is_contiguous()), "norm takes a contiguous weight [K]"
     assert not (unit_norm and norm is not None), "unit_norm means the norm's weight is in W: pass no `norm`"
     assert not (argmax and (swiglu or residual is not None)), "argmax takes a plain projection (the LM head)"
-    norm_mode = 1 if norm is not None else 2 if unit_norm else 0
+    assert not row_sums or residual is not None, "row_sums are the new residual stream's: pass `residual`"
+    if norm_sums is not None:
+        assert norm is None and not unit_norm, "norm_sums means the norm's weight is in W: pass no `norm`"
+        assert norm_sums.dim() == 2 and norm_sums.shape[1] == MAX_M and norm_sums.dtype == torch.float32 \
+            and norm_sums.is_contiguous(), f"norm_sums must be [tiles, {MAX_M}] fp32, got {tuple(norm_sums.shape)}"
+    norm_mode = 1 if norm is not None else 2 if unit_norm else 3 if norm_sums is not None else 0
     if residual is not None:
         assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
         assert residual.shape == (m, n) and residual.dtype == x.dtype and residual.stride(1) == 1, \
@@ -391,6 +430,7 @@ def skinny_gemm(
     block_m = 16 if exact or m > 1 else 1
     cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device)
     half = n // 2
+    sums_out = None
     if argmax:
         y = torch.empty(m, device=x.device, dtype=torch.int64)
     else:
@@ -398,6 +438,7 @@ def skinny_gemm(
                                                               dtype=x.dtype)
 
     def launch(c: GemmConfig):
+        nonlocal sums_out
         block_k = min(c.block_k, _pow2_at_least(k))
         k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
         split_k = triton.cdiv(k, k_per_split)  # never an empty split
@@ -405,21 +446,24 @@ def skinny_gemm(
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
         counters = arrival_counters(x.device, tiles + argmax) if split_k > 1 or argmax else part
         sums = (torch.empty(split_k, tiles, block_m, device=x.device, dtype=torch.float32)
-                if norm_mode and split_k > 1 else part)
+                if norm_mode in (1, 2) and split_k > 1 else part)
+        if row_sums:
+            sums_out = torch.empty(tiles, MAX_M, device=x.device, dtype=torch.float32)
         _skinny_gemm_kernel[(tiles, split_k)](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
             argmax_slots(x.device, MAX_M) if argmax else y,
-            m, n, k, k_per_split, half, 1.0 / k, eps,
+            norm_sums if norm_sums is not None else part, sums_out if row_sums else part,
+            m, n, k, k_per_split, half, 1.0 / k, eps, norm_sums.shape[0] if norm_sums is not None else 0,
             x.stride(0), w.stride(0), y.stride(0),
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
-            LINES=max(1, block_k * w.element_size() // 128),
+            LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
-           argmax)
+           argmax, row_sums)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
-    return y
+    return (y, sums_out) if row_sums else y
