@@ -15,10 +15,11 @@ so a row's partial sums — and its output bits — are those it gets when it is
 row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops (or are
 not merged at all when they lie past the KV length).
 
-Before the grid-dependency wait (PDL) each program asks L2 for its share of K and V
-(`set_kv_prefetch`, TILEINFER_KV_PREFETCH=0 turns it off): the cache of earlier positions streams in
-while the Q/K norm + RoPE kernel before it still runs. L2 is where writes land, so a line that kernel
-writes afterwards is read as written.
+Before the grid-dependency wait (PDL) each program asks L2 for the first ``prefetch_rows`` positions
+of its share of K and V, or all of it (`set_kv_prefetch`, TILEINFER_KV_PREFETCH=0 turns it off): the
+cache of earlier positions streams in while the Q/K norm + RoPE kernel before it still runs. L2 is where
+writes land, so a line that kernel writes afterwards is read as written. A whole long share does not
+fit: past L2's size prefetched lines are evicted before the loop reads them.
 """
 
 import os
@@ -42,10 +43,22 @@ LOG2E = 1.4426950408889634
 _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 
 
-def set_kv_prefetch(on: bool) -> None:
-    """L2 prefetch of each split's K/V before PDL's wait, for kernels launched from now on."""
-    global _kv_prefetch
+_kv_prefetch_rows = None
+
+
+def set_kv_prefetch(on: bool, rows: int | None = None) -> None:
+    """L2 prefetch of each split's K/V before PDL's wait, for kernels launched from now on; `rows`: how
+    many positions of each share (-1 all), for calls that pass none (None: the GPU's tuned value)."""
+    global _kv_prefetch, _kv_prefetch_rows
     _kv_prefetch = bool(on)
+    _kv_prefetch_rows = rows
+
+
+def kv_prefetch_label() -> str:
+    """"off", "on" (the tuned rows) or the rows `set_kv_prefetch` fixed: for benchmark tables."""
+    if not kv_prefetch():
+        return "off"
+    return "on" if _kv_prefetch_rows is None else str(_kv_prefetch_rows)
 
 
 def kv_prefetch() -> bool:
@@ -148,7 +161,7 @@ def _split_kv_attention_kernel(
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH_KV: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
+    PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -176,9 +189,10 @@ def _split_kv_attention_kernel(
         return
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
-    if PREFETCH_KV:
-        _prefetch_rows_l2(K + kv_head * stride_kh, start, end, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
-        _prefetch_rows_l2(V + kv_head * stride_vh, start, end, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
+    if PREFETCH_ROWS != 0:
+        ahead = end if PREFETCH_ROWS < 0 else tl.minimum(end, start + PREFETCH_ROWS)
+        _prefetch_rows_l2(K + kv_head * stride_kh, start, ahead, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
+        _prefetch_rows_l2(V + kv_head * stride_vh, start, ahead, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
@@ -318,7 +332,7 @@ class DecodeAttentionConfig:
 def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
-    num_stages: int | None = None, step_kv: StepKV | None = None,
+    num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -329,6 +343,9 @@ def decode_attention(
 
     ``step_kv``: q is the step's raw q, and the kernel applies Qwen3's Q/K RMSNorm and RoPE itself and
     writes the step's K/V into the caches first: ``qk_norm_rope`` and this attention in one launch.
+    ``prefetch_rows``: positions of each share asked of L2 before PDL's wait (-1: the whole share, 0: none;
+    default `set_kv_prefetch`'s rows, else the GPU's "decode_attention" section, else -1), where
+    `kv_prefetch` is on.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -339,6 +356,10 @@ def decode_attention(
     warps_given = num_warps is not None
     num_warps = num_warps or tuned.get("num_warps", 4)
     num_stages = num_stages or tuned.get("num_stages", 3)
+    if prefetch_rows is None:
+        prefetch_rows = _kv_prefetch_rows if _kv_prefetch_rows is not None else tuned.get("prefetch_rows", -1)
+    if not kv_prefetch():
+        prefetch_rows = 0
     if num_splits < 1:
         raise ConfigError(f"num_splits must be at least 1, got {num_splits}")
     if not isinstance(kv_len, torch.Tensor) or kv_len.numel() != 1 or kv_len.dtype not in (torch.int32, torch.int64):
@@ -389,13 +410,13 @@ def decode_attention(
             BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
             MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
-            PREFETCH_KV=kv_prefetch(), LINES=max(1, head_dim * k_cache.element_size() // 128),
+            PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
             NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg,
-           q.device, _kv_prefetch, step_kv is not None)
+           q.device, prefetch_rows, step_kv is not None)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
