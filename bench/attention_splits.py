@@ -5,10 +5,14 @@
 Qwen3-4B heads (32 query, 8 KV, head_dim 128), bf16, random K/V, each call in a CUDA graph with the cache
 rotated over copies (≥ 256 MB) so that K/V come from HBM. Plain: even shares of the KV length over
 ``num_splits``; exact: splits of ``split_size`` positions and the 64-row query tile of exact mode.
+``--prefetch-rows -1,0,256``: each again with that many positions of every split asked of L2 before the
+grid-dependency wait (-1 the whole split, the default; 0 none); ``--tma off,on``: K/V blocks also through
+TMA descriptors.
 """
 
 import argparse
 import csv
+import itertools
 import math
 import os
 import sys
@@ -25,6 +29,8 @@ from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 H, KVH, D = QWEN3_4B.q_heads, QWEN3_4B.kv_heads, QWEN3_4B.head_dim
 PLAIN_SPLITS = (2, 4, 6, 8, 12, 16, 24, 32)
 EXACT_SPLIT_SIZES = (64, 128, 256, 512, 1024, 2048)
+PLAIN_KV_LENS = (1024, 2048, 4096, 8192, 32768)
+EXACT_KV_LENS = (1100, 4200, 8300)
 
 
 def time_us(kv_len, num_q_tokens, **kw):
@@ -44,25 +50,41 @@ def time_us(kv_len, num_q_tokens, **kw):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--prefetch-rows", default="-1",
+                    help="positions of each split asked of L2 before PDL's wait, comma-separated (-1: all, 0: none)")
+    ap.add_argument("--kv-lens", default=",".join(map(str, PLAIN_KV_LENS)), help="plain mode's KV lengths")
+    ap.add_argument("--no-exact", action="store_true", help="leave out exact mode's split sizes")
+    ap.add_argument("--tma", default="off", help="off, on or off,on: K/V blocks through TMA descriptors")
     args = ap.parse_args()
+    try:
+        prefetch = [int(x) for x in args.prefetch_rows.split(",")]
+        kv_lens = [int(x) for x in args.kv_lens.split(",")]
+        tma = [{"off": False, "on": True}[x] for x in args.tma.split(",")]
+        assert all(p >= -1 for p in prefetch) and all(n > 0 for n in kv_lens)
+    except (ValueError, AssertionError, KeyError):
+        ap.error(f"--prefetch-rows takes integers >= -1, --kv-lens positive ones and --tma off/on, got "
+                 f"{args.prefetch_rows!r}, {args.kv_lens!r}, {args.tma!r}")
     if not torch.cuda.is_available():
         raise SystemExit("attention_splits.py times CUDA kernels: run it on a GPU")
     info = {**run_info(), "command": command_line(), "weights_kind": "random"}
     rows = []
-    for kv_len in (1024, 2048, 4096, 8192, 32768):
-        for t in (1, 16):
-            for s in PLAIN_SPLITS:
-                if s * 64 <= kv_len:
-                    rows.append(dict(mode="plain", kv_len=kv_len, num_q_tokens=t, num_splits=s, split_size=0,
-                                     time_us=round(time_us(kv_len, t, num_splits=s), 2)))
-    for kv_len in (1100, 4200, 8300):
-        for t in (1, 16):
-            for size in EXACT_SPLIT_SIZES:
-                if 2 * size <= kv_len:
-                    grid = kv_len // size + 2
-                    us = time_us(kv_len, t, num_splits=grid, split_size=size, block_m=exact_block_m(H, KVH))
-                    rows.append(dict(mode="exact", kv_len=kv_len, num_q_tokens=t, num_splits=grid, split_size=size,
-                                     time_us=round(us, 2)))
+    for rows_ahead, by_tma in itertools.product(prefetch, tma):
+        for kv_len in kv_lens:
+            for t in (1, 16):
+                for s in PLAIN_SPLITS:
+                    if s * 64 <= kv_len:
+                        us = time_us(kv_len, t, num_splits=s, prefetch_rows=rows_ahead, tma=by_tma)
+                        rows.append(dict(mode="plain", kv_len=kv_len, num_q_tokens=t, num_splits=s, split_size=0,
+                                         prefetch_rows=rows_ahead, tma=by_tma, time_us=round(us, 2)))
+        for kv_len in () if args.no_exact else EXACT_KV_LENS:
+            for t in (1, 16):
+                for size in EXACT_SPLIT_SIZES:
+                    if 2 * size <= kv_len:
+                        grid = kv_len // size + 2
+                        us = time_us(kv_len, t, num_splits=grid, split_size=size, block_m=exact_block_m(H, KVH),
+                                     prefetch_rows=rows_ahead, tma=by_tma)
+                        rows.append(dict(mode="exact", kv_len=kv_len, num_q_tokens=t, num_splits=grid,
+                                         split_size=size, prefetch_rows=rows_ahead, tma=by_tma, time_us=round(us, 2)))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "attention_splits_h200.csv")
     with open(path, "w", newline="") as f:
@@ -72,10 +94,12 @@ def main():
             w.writerow({**r, **info})
     print(f"{info['gpu']}, torch {info['torch']}, triton {info['triton']}, rev {info['git_rev']}; random K/V; {path}")
     for mode in ("plain", "exact"):
-        for key in dict.fromkeys((r["kv_len"], r["num_q_tokens"]) for r in rows if r["mode"] == mode):
-            rs = [r for r in rows if r["mode"] == mode and (r["kv_len"], r["num_q_tokens"]) == key]
+        keys = ("kv_len", "num_q_tokens", "prefetch_rows", "tma")
+        for key in dict.fromkeys(tuple(r[k] for k in keys) for r in rows if r["mode"] == mode):
+            rs = [r for r in rows if r["mode"] == mode and tuple(r[k] for k in keys) == key]
             label = "split_size" if mode == "exact" else "num_splits"
-            print(f"{mode} kv {key[0]:6} T {key[1]:2}  " + "  ".join(f"{r[label]}:{r['time_us']:.1f}" for r in rs))
+            print(f"{mode} kv {key[0]:6} T {key[1]:2} ahead {key[2]:5} tma {'on ' if key[3] else 'off'}  "
+                  + "  ".join(f"{r[label]}:{r['time_us']:.1f}" for r in rs))
 
 
 if __name__ == "__main__":

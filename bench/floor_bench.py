@@ -60,13 +60,21 @@ def launches(engine, ids, block_size, accept_profile):
     return len(in_layers) / steps / engine.config.num_hidden_layers, len(k) / steps
 
 
+def _is_rows(text):
+    """A --kv-prefetch row count: -1 (each whole share) or a positive integer."""
+    try:
+        return int(text) == -1 or int(text) > 0
+    except ValueError:
+        return False
+
+
 def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts, device):
     per_layer = (r["step_ms"] - floor_ms) * 1e3 / layers
     return dict(model=model, weights=weights, mode=mode, point=point, accept=accept, linears=linears,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl="on" if pdl.enabled_for(device) else "off",
-                prefetch_k=gemm_configs.prefetch_k(), kv_prefetch="on" if decode_attention.kv_prefetch() else "off",
+                prefetch_k=gemm_configs.prefetch_k(), kv_prefetch=decode_attention.kv_prefetch_label(),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
                 drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
@@ -141,7 +149,8 @@ def main(argv=None):
     parser.add_argument("--fuse-norms", default="on", help="off, on or off,on: RMSNorms and residual adds in the GEMMs")
     parser.add_argument("--prefetch-k", default="0",
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
-    parser.add_argument("--kv-prefetch", default="on", help="off, on or off,on: attention K/V asked of L2 before PDL's wait")
+    parser.add_argument("--kv-prefetch", default="on",
+                        help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
@@ -156,7 +165,7 @@ def main(argv=None):
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on"))):
-        unknown = [x for x in given if x not in known]
+        unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     out = Path(args.out)
@@ -183,7 +192,7 @@ def main(argv=None):
                 if fuse == "off" and step_kv == "on" and "off" in args.step_kv:
                     continue  # unfused layers have no step_kv: measured once, as "off"
                 gemm_configs.set_prefetch_k(blocks)
-                decode_attention.set_kv_prefetch(kv == "on")
+                decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                 with switches_env(fuse_norms=fuse == "on", step_kv=step_kv == "on"):  # read by the engines loaded inside
                     first = (fuse, blocks, kv, step_kv) == (args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0],
                                                             args.step_kv[0])

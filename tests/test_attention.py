@@ -52,6 +52,28 @@ def test_decode_every_split_count(dtype, num_splits, device):
     assert_close(out, attention_ref(q, k, v, 130, True), atol, rtol, f"splits={num_splits}")
 
 
+@pytest.mark.parametrize("prefetch_rows", [-1, 0, 64, 100])
+def test_decode_any_prefetch_bound(prefetch_rows, device):
+    """Asking L2 for part of a split, all of it or none leaves the output as it is (the interpreter has no
+    L2: there every bound compiles to no prefetch)."""
+    q, k, v = make_inputs(300, 16, 4, 1, 32, torch.bfloat16, device)
+    kv_len = torch.tensor([300], dtype=torch.int32, device=device)
+    out = decode_attention(q, k, v, kv_len, causal=True, num_splits=2, prefetch_rows=prefetch_rows)
+    assert torch.equal(out, decode_attention(q, k, v, kv_len, causal=True, num_splits=2, prefetch_rows=0))
+    assert_close(out, attention_ref(q, k, v, 300, True), *TOLERANCES[torch.bfloat16], f"prefetch {prefetch_rows}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_len,num_q_tokens,causal,num_splits", [(300, 16, True, 2), (37, 3, False, 3), (130, 1, True, 5),
+                                                                  (64, 16, True, 1)])
+def test_decode_with_tma_descriptors(kv_len, num_q_tokens, causal, num_splits, dtype, device):
+    """K/V blocks through tensor descriptors: the positions past the KV length (NaN here) come back as zeros."""
+    q, k, v = make_inputs(kv_len, num_q_tokens, 4, 1, 32, dtype, device)
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
+    out = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits, tma=True)
+    assert_close(out, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[dtype], "tma")
+
+
 DECODE_CASES = [
     # kv_len, T, num_q_heads, num_kv_heads, head_dim, causal
     (1, 1, 2, 2, 16, True),

@@ -15,10 +15,11 @@ so a row's partial sums — and its output bits — are those it gets when it is
 row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops (or are
 not merged at all when they lie past the KV length).
 
-Before the grid-dependency wait (PDL) each program asks L2 for its share of K and V
-(`set_kv_prefetch`, TILEINFER_KV_PREFETCH=0 turns it off): the cache of earlier positions streams in
-while the Q/K norm + RoPE kernel before it still runs. L2 is where writes land, so a line that kernel
-writes afterwards is read as written.
+Before the grid-dependency wait (PDL) each program asks L2 for the first ``prefetch_rows`` positions
+of its share of K and V, or all of it (`set_kv_prefetch`, TILEINFER_KV_PREFETCH=0 turns it off): the
+cache of earlier positions streams in while the Q/K norm + RoPE kernel before it still runs. L2 is where
+writes land, so a line that kernel writes afterwards is read as written. A whole long share does not
+fit: past L2's size prefetched lines are evicted before the loop reads them.
 """
 
 import os
@@ -42,10 +43,22 @@ LOG2E = 1.4426950408889634
 _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 
 
-def set_kv_prefetch(on: bool) -> None:
-    """L2 prefetch of each split's K/V before PDL's wait, for kernels launched from now on."""
-    global _kv_prefetch
+_kv_prefetch_rows = None
+
+
+def set_kv_prefetch(on: bool, rows: int | None = None) -> None:
+    """L2 prefetch of each split's K/V before PDL's wait, for kernels launched from now on; `rows`: how
+    many positions of each share (-1 all), for calls that pass none (None: the GPU's tuned value)."""
+    global _kv_prefetch, _kv_prefetch_rows
     _kv_prefetch = bool(on)
+    _kv_prefetch_rows = rows
+
+
+def kv_prefetch_label() -> str:
+    """"off", "on" (the tuned rows) or the rows `set_kv_prefetch` fixed: for benchmark tables."""
+    if not kv_prefetch():
+        return "off"
+    return "on" if _kv_prefetch_rows is None else str(_kv_prefetch_rows)
 
 
 def kv_prefetch() -> bool:
@@ -76,12 +89,22 @@ def _online_softmax_step(
     else:
         k = tl.load(k_ptrs)
         v = tl.load(v_ptrs)
+    return _online_softmax_tile(q, k, v, n, q_pos, kv_len, m_i, l_i, acc, qk_scale, MASK, CAUSAL, UPCAST,
+                                DOT_PRECISION)
+
+
+@triton.jit
+def _online_softmax_tile(
+    q, k, v, n, q_pos, kv_len, m_i, l_i, acc, qk_scale,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """One block of keys n (tiles k, v [BLOCK_N, D], finite where n >= kv_len) into the running softmax."""
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
     if MASK:
-        visible = n_valid[None, :]
+        visible = (n < kv_len)[None, :]
         if CAUSAL:
             visible = visible & (n[None, :] <= q_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
@@ -148,7 +171,8 @@ def _split_kv_attention_kernel(
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH_KV: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
+    PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -176,9 +200,10 @@ def _split_kv_attention_kernel(
         return
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
-    if PREFETCH_KV:
-        _prefetch_rows_l2(K + kv_head * stride_kh, start, end, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
-        _prefetch_rows_l2(V + kv_head * stride_vh, start, end, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
+    if PREFETCH_ROWS != 0:
+        ahead = end if PREFETCH_ROWS < 0 else tl.minimum(end, start + PREFETCH_ROWS)
+        _prefetch_rows_l2(K + kv_head * stride_kh, start, ahead, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
+        _prefetch_rows_l2(V + kv_head * stride_vh, start, ahead, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
@@ -221,13 +246,25 @@ def _split_kv_attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
-    k_base = K + kv_head * stride_kh + offs_d[None, :]
-    v_base = V + kv_head * stride_vh + offs_d[None, :]
-    for n0 in tl.range(start, end, BLOCK_N):
-        n = n0 + offs_n
-        m_i, l_i, acc = _online_softmax_step(
-            q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i, acc,
-            qk_scale, MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
+    if TMA:
+        # The copy engine fetches each block into shared memory; rows past the KV length come back as zeros
+        # (the descriptor's shape ends there), rows of the next split are real keys that the mask drops.
+        k_desc = tl.make_tensor_descriptor(K + kv_head * stride_kh, shape=[kv_len, HEAD_DIM], strides=[stride_kn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(V + kv_head * stride_vh, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        for n0 in tl.range(start, end, BLOCK_N):
+            m_i, l_i, acc = _online_softmax_tile(
+                q, k_desc.load([n0, 0]), v_desc.load([n0, 0]), n0 + offs_n, q_pos, end, m_i, l_i, acc, qk_scale,
+                MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
+    else:
+        k_base = K + kv_head * stride_kh + offs_d[None, :]
+        v_base = V + kv_head * stride_vh + offs_d[None, :]
+        for n0 in tl.range(start, end, BLOCK_N):
+            n = n0 + offs_n
+            m_i, l_i, acc = _online_softmax_step(
+                q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i,
+                acc, qk_scale, MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
 
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -301,6 +338,12 @@ def _check_step_kv(q, k_cache, new: StepKV):
     assert new.k.dtype == k_cache.dtype == new.v.dtype, "the step's K/V go into the caches as they are typed"
 
 
+def _descriptor_scratch(size: int, alignment: int, stream):
+    """Global memory for the descriptors a launch makes in its kernels (128 B a program), asked for at launch:
+    inside a graph capture it comes from the graph's pool."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def merge_unroll(block_m: int, head_dim: int, num_warps: int) -> int:
     """Partials the merge keeps in flight: up to 4 while they fit in ~64 registers a thread beside the
     accumulator (a 64-row tile of 128 fp32 takes 64 on 4 warps: one at a time, else it spills)."""
@@ -318,7 +361,8 @@ class DecodeAttentionConfig:
 def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
-    num_stages: int | None = None, step_kv: StepKV | None = None,
+    num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
+    tma: bool | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -329,6 +373,11 @@ def decode_attention(
 
     ``step_kv``: q is the step's raw q, and the kernel applies Qwen3's Q/K RMSNorm and RoPE itself and
     writes the step's K/V into the caches first: ``qk_norm_rope`` and this attention in one launch.
+    ``prefetch_rows``: positions of each share asked of L2 before PDL's wait (-1: the whole share, 0: none;
+    default `set_kv_prefetch`'s rows, else the GPU's "decode_attention" section, else -1), where
+    `kv_prefetch` is on. ``tma``: K/V blocks fetched by the Tensor Memory Accelerator through descriptors
+    made in the kernel, not by each thread's loads (default the GPU section's "tma", else off; never with
+    ``step_kv``, whose cache writes the copy engine would not see without a proxy fence).
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -339,6 +388,13 @@ def decode_attention(
     warps_given = num_warps is not None
     num_warps = num_warps or tuned.get("num_warps", 4)
     num_stages = num_stages or tuned.get("num_stages", 3)
+    if prefetch_rows is None:
+        prefetch_rows = _kv_prefetch_rows if _kv_prefetch_rows is not None else tuned.get("prefetch_rows", -1)
+    if not kv_prefetch():
+        prefetch_rows = 0
+    tma = bool(tuned.get("tma", False) if tma is None else tma) and step_kv is None
+    if tma:
+        triton.set_allocator(_descriptor_scratch)
     if num_splits < 1:
         raise ConfigError(f"num_splits must be at least 1, got {num_splits}")
     if not isinstance(kv_len, torch.Tensor) or kv_len.numel() != 1 or kv_len.dtype not in (torch.int32, torch.int64):
@@ -389,13 +445,13 @@ def decode_attention(
             BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
             MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
-            PREFETCH_KV=kv_prefetch(), LINES=max(1, head_dim * k_cache.element_size() // 128),
-            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS,
+            PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
+            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg,
-           q.device, _kv_prefetch, step_kv is not None)
+           q.device, prefetch_rows, step_kv is not None, tma)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
