@@ -15,11 +15,13 @@ so a row's partial sums — and its output bits — are those it gets when it is
 row may not see contribute exact zeros, and splits it does not reach merge as exact no-ops (or are
 not merged at all when they lie past the KV length).
 
-Before the grid-dependency wait (PDL) each program asks L2 for the first ``prefetch_rows`` positions
+Before the grid-dependency wait (PDL) each program can ask L2 for the first ``prefetch_rows`` positions
 of its share of K and V, or all of it (`set_kv_prefetch`, TILEINFER_KV_PREFETCH=0 turns it off): the
 cache of earlier positions streams in while the Q/K norm + RoPE kernel before it still runs. L2 is where
 writes land, so a line that kernel writes afterwards is read as written. A whole long share does not
-fit: past L2's size prefetched lines are evicted before the loop reads them.
+fit: past L2's size prefetched lines are evicted before the loop reads them. On the H200 no bound paid
+(16 tokens: equal at 1k, 24 µs with none against 28 with whole shares at 8k, 48 against 63 at 32k;
+bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0.
 """
 
 import os
@@ -54,11 +56,14 @@ def set_kv_prefetch(on: bool, rows: int | None = None) -> None:
     _kv_prefetch_rows = rows
 
 
-def kv_prefetch_label() -> str:
-    """"off", "on" (the tuned rows) or the rows `set_kv_prefetch` fixed: for benchmark tables."""
-    if not kv_prefetch():
+def kv_prefetch_label(device: torch.device) -> str:
+    """What the kernels on `device` prefetch, for benchmark tables: "off" (nothing), "on" (each whole
+    share) or a bound on the positions; the rows `set_kv_prefetch` fixed, else the GPU's tuned ones."""
+    rows = _kv_prefetch_rows if _kv_prefetch_rows is not None else section(device, "decode_attention").get(
+        "prefetch_rows", -1)
+    if not kv_prefetch() or rows == 0:
         return "off"
-    return "on" if _kv_prefetch_rows is None else str(_kv_prefetch_rows)
+    return "on" if rows == -1 else str(rows)
 
 
 def kv_prefetch() -> bool:
