@@ -65,6 +65,17 @@ def busy(engine, ids, block_size, accept_profile=None):
     return float(row["busy_pct"]), prof
 
 
+def write_profile(prof, out, weights, point, base):
+    """A DFlash step's kernels (per step), per-layer times and summary, each row with its provenance:
+    dflash_{kernels,layers,profile}_<weights>_<point>_<gpu>.csv."""
+    keys = {"weights": weights, "point": point, "weights_kind": base["weights_kind"],
+            **{k: base[k] for k in ("gpu", "torch", "triton", "git_rev", "command")}}
+    tag = f"{weights}_{point}_{gpu_tag(base['gpu'])}"
+    prof.kernel_table(top=None).assign(**keys).to_csv(out / f"dflash_kernels_{tag}.csv", index=False)
+    prof.per_layer().assign(**keys).to_csv(out / f"dflash_layers_{tag}.csv", index=False)
+    prof.summary.assign(**keys).to_csv(out / f"dflash_profile_{tag}.csv", index=False)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results")
@@ -126,11 +137,8 @@ def main(argv=None):
                     record(what=f"dflash step, {label}", weights=weights, point=point,
                            accept=f"replay:{replayed(point)[0]}", **r)
             if args.profile and point == points[-1]:
-                pct, prof = busy(engine, ids, 16, accept_profile=replayed(point)[0])
-                prof.kernels.assign(weights=weights, point=point).to_csv(out / f"dflash_kernels_{weights}_{point}.csv", index=False)
-                summary = prof.summary.assign(weights=weights, point=point, **{k: base[k] for k in ("gpu", "git_rev", "command")})
-                summary.to_csv(out / f"dflash_profile_{weights}_{point}.csv", index=False)
-                prof.per_layer().assign(weights=weights, point=point).to_csv(out / f"dflash_layers_{weights}_{point}.csv")
+                _, prof = busy(engine, ids, 16, accept_profile=replayed(point)[0])
+                write_profile(prof, out, weights, point, base)
         del engine
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
         if args.features and weights == "bf16":

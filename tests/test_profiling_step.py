@@ -83,3 +83,25 @@ def test_profile_step_on_a_tiny_random_engine(tmp_path):
     prof = profile_step(engine, list(range(5, 17)), block_size=4, max_new_tokens=3, warmup=0)
     assert {"prefill", "verify"} <= set(prof.kernels["phase"].dropna())
     assert prof.summary.iloc[0]["steps"] >= 1
+
+
+def test_recorded_step_profile_carries_every_kernel_and_its_provenance(tmp_path):
+    from bench.engine_bench import write_profile
+
+    prof = profile_step(FakeEngine(), list(range(12)), block_size=4, max_new_tokens=6, warmup=0)
+    table = prof.kernel_table(top=None)
+    decoding = prof.kernels[prof.kernels["phase"] != "prefill"]
+    assert len(table) == decoding.groupby(["phase", "name", "kernel_class"]).ngroups > len(prof.kernel_table(top=2))
+    assert table["ms_per_step"].sum() == pytest.approx(decoding["own_us"].sum() / 1e3 / 3, rel=1e-3)
+    assert table["ms_per_step"].is_monotonic_decreasing
+    base = dict(gpu="NVIDIA H200", torch="2.11", triton="3.6", git_rev="abc1234", command="python bench/engine_bench.py",
+                weights_kind="random")
+    write_profile(prof, tmp_path, "bf16", "8k", base)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"dflash_{part}_bf16_8k_h200.csv" for part in ("kernels", "layers", "profile")]
+    import pandas as pd
+    for name in names:
+        rows = pd.read_csv(tmp_path / name)
+        assert not any(c.startswith("Unnamed") for c in rows.columns)
+        assert (rows["git_rev"] == "abc1234").all() and (rows["weights_kind"] == "random").all()
+        assert (rows["gpu"] == "NVIDIA H200").all() and (rows["point"] == "8k").all()

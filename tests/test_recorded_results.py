@@ -36,6 +36,8 @@ def test_workbench_reads_the_recorded_runs():
     comparison = recorded.comparison(sorted(RESULTS.glob("comparison_*_h200.jsonl")))
     assert set(comparison["point"]) == {"1k", "8k"} and (comparison["decode_tok_s"] > 0).all()
     index = recorded.index(RESULTS).set_index("file")
-    assert index.loc["pointwise_h200.csv", "git_rev"] == "unknown" and (index["rows"] > 0).all()
+    assert (index["rows"] > 0).all()
+    revisions = {rev.strip() for revs in index["git_rev"] for rev in str(revs).split(",")}
+    assert not {rev for rev in revisions if rev == "unknown" or rev.endswith(("-wip", "-dirty"))}
     long = recorded.long_prompts(RESULTS / "long_prompts_h200.csv")
     assert set(long["prompt_tokens"]) >= {8192, 32768}

@@ -41,3 +41,19 @@ def gemm_vs_attention_ms(df, steps, exclude=("prefill",)):
     table["total"] = table[list(KERNEL_CLASSES)].sum(axis=1)
     table.columns.name = None
     return table
+
+
+def kernel_table(kernels, steps, top=None):
+    """The kernels of a decoding step (prefill left out), largest first, `top` of them (None: all): calls and
+    ms per step, mean µs, share. Own times (`trace.own_times`): with PDL a kernel's duration includes its
+    wait for the one before it."""
+    k = kernels[kernels["phase"] != "prefill"].assign(phase=lambda d: d["phase"].fillna("unattributed"))
+    t = (k.groupby(["phase", "name", "kernel_class"])
+         .agg(calls=("own_us", "size"), total_us=("own_us", "sum")).reset_index())
+    t["calls_per_step"] = t["calls"] / steps
+    t["ms_per_step"] = t["total_us"] / 1e3 / steps
+    t["mean_us"] = t["total_us"] / t["calls"]
+    t["share"] = t["total_us"] / t["total_us"].sum()
+    t = t.sort_values("ms_per_step", ascending=False)
+    t = t if top is None else t.head(top)
+    return t[["phase", "name", "kernel_class", "calls_per_step", "ms_per_step", "mean_us", "share"]].round(4)

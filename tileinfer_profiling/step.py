@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from tileinfer_profiling.aggregate import gemm_vs_attention_ms, per_layer
+from tileinfer_profiling.aggregate import gemm_vs_attention_ms, kernel_table, per_layer
 from tileinfer_profiling.busy import busy_fraction
 from tileinfer_profiling.trace import KERNEL_CLASSES, _trace
 from tileinfer import tracing
@@ -41,18 +41,8 @@ class StepProfile:
         return self.summary.set_index("variant").T
 
     def kernel_table(self, top=15):
-        """The `top` kernels of a decoding step (prefill left out): calls and ms per step, mean µs, share (own
-        times, `trace.own_times`: with PDL a kernel's duration includes its wait for the one before it)."""
-        steps = max(1, self.stats.get("steps") or 1)
-        k = self.kernels[self.kernels["phase"] != "prefill"].assign(phase=lambda d: d["phase"].fillna("unattributed"))
-        t = (k.groupby(["phase", "name", "kernel_class"])
-             .agg(calls=("own_us", "size"), total_us=("own_us", "sum")).reset_index())
-        t["calls_per_step"] = t["calls"] / steps
-        t["ms_per_step"] = t["total_us"] / 1e3 / steps
-        t["mean_us"] = t["total_us"] / t["calls"]
-        t["share"] = t["total_us"] / t["total_us"].sum()
-        t = t.sort_values("ms_per_step", ascending=False).head(top)
-        return t[["phase", "name", "kernel_class", "calls_per_step", "ms_per_step", "mean_us", "share"]].round(4)
+        """The `top` kernels of a decoding step (all of them for None), `aggregate.kernel_table`."""
+        return kernel_table(self.kernels, max(1, self.stats.get("steps") or 1), top)
 
 
 def _stats_dict(generation):
