@@ -4,9 +4,9 @@ Prefill: the peak of the tensors allocated above what was held before one prefil
 prefill, so workspaces that stay held are not counted twice) against
 `memory_plan(...).prefill_activation_bytes`; beside it the allocator's block peak, which must stay within
 the plan and its share for whole blocks (WHOLE_BLOCK_SLACK_BYTES).
-Step: the peak of one eager step's phases against `step_activation_bytes`, greedy and sampling (T = 1,
-and with top-k/top-p: the verify's log-probabilities and the filter's sort). Pass: `plan_covers` (measured ≤
-plan ≤ 1.10 × measured, or a few allocator granules over at tiny shapes). A row that fails names the
+Step: the peak of one eager step's phases against `step_activation_bytes`, greedy and sampling (T = 1;
+with top-k/top-p, from the candidates; top-p alone, from a sort), for plain decoding and DFlash blocks.
+Pass: `plan_covers` (measured ≤ plan ≤ 1.10 × measured, or a few allocator granules over at tiny shapes). A row that fails names the
 largest blocks live at its peak and the code that allocated them (`live_at_peak`).
 
     python bench/memory_check.py --out bench/results [--preset qwen3-4b]
@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tileinfer  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT, prepare_random  # noqa: E402
+from tileinfer import sampling  # noqa: E402
 from tileinfer.memory import WHOLE_BLOCK_SLACK_BYTES  # noqa: E402
 from tileinfer_profiling.memory_peaks import block_peak_bytes, live_at_peak, measure_peak_bytes, plan_covers  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
@@ -40,25 +41,30 @@ def check(engine, label: str, prompt_lens, new_tokens: int) -> list[dict]:
             model=label, what="prefill", prompt_tokens=n, new_tokens=new_tokens,
             planned_bytes=plan.prefill_activation_bytes, measured_bytes=measure_peak_bytes(prefill, engine.device)[1])))
         for block in sorted({1, engine.block_max}):
-            planned = plan.step_activation_bytes if block == engine.block_max else _plain_plan(engine, n, new_tokens)
+            planned = plan.step_activation_bytes if block == engine.block_max else _plan(engine, n, new_tokens, 1)
             rows.append(_step_row(engine, label, ids, new_tokens, block, planned, f"step, block {block}"))
-        for what, sampling in SAMPLING.items():  # the verify keeps its logits and log-probabilities
-            filtered = "top_k" in sampling
-            planned = engine.memory_plan(n, new_tokens, sample=True, filtered=filtered).step_activation_bytes
-            rows.append(_step_row(engine, label, ids, new_tokens, engine.block_max, planned,
-                                  f"step, block {engine.block_max}, {what}", sampling, filtered))
+        for what, request in SAMPLING.items():  # the verify keeps its logits and log-probabilities
+            params = sampling.check_params(**request)
+            vocab = engine.config.vocab_size
+            flags = dict(sample=True, filtered=params.filtered(vocab), candidates=params.candidates(vocab))
+            for block in sorted({1, engine.block_max}):
+                planned = _plan(engine, n, new_tokens, block, **flags)
+                rows.append(_step_row(engine, label, ids, new_tokens, block, planned,
+                                      f"step, block {block}, {what}", request, flags))
     return rows
 
 
-SAMPLING = {"T=1": dict(temperature=1.0), "T=1 top-k/p": dict(temperature=1.0, top_k=50, top_p=0.95)}
+# T=1 alone; with a top-k within the candidates (each row's largest logits) and top-p; top-p alone (a sort)
+SAMPLING = {"T=1": dict(temperature=1.0), "T=1 top-k/p": dict(temperature=1.0, top_k=50, top_p=0.95),
+            "T=1 top-p": dict(temperature=1.0, top_p=0.95)}
 
 
-def _step_row(engine, label, ids, new_tokens, block, planned, what, sampling=None, filtered=False) -> dict:
+def _step_row(engine, label, ids, new_tokens, block, planned, what, request=None, flags=None) -> dict:
     """One eager step after a request of `ids` (the phase with the highest peak against `planned`)."""
     n = len(ids)
-    engine.generate(ids, new_tokens, stop_ids=[], block_size=block, seed=1, **(sampling or {}))
+    engine.generate(ids, new_tokens, stop_ids=[], block_size=block, seed=1, **(request or {}))
     start = int(engine.start_t.item())
-    shape = engine.step_shape(block, n + new_tokens, None, False, sample=sampling is not None, filtered=filtered)
+    shape = engine.step_shape(block, n + new_tokens, None, False, **(flags or {}))
     phases = {name: torch.inference_mode()(fn) for name, fn in engine._phases(shape, start)}
     peaks = {name: measure_peak_bytes(fn, engine.device)[1] for name, fn in phases.items()}
     worst = max(peaks, key=peaks.get)
@@ -83,12 +89,15 @@ def judged(engine, call, row: dict) -> dict:
     return row
 
 
-def _plain_plan(engine, n, new_tokens):
-    """The step plan of plain decoding: the same engine's model with a block of one and no drafter."""
+def _plan(engine, n, new_tokens, block, **sampling_flags):
+    """The step plan of a block of `block` tokens (1: plain decoding, the engine's model without its
+    drafter), greedy or with `MemoryModel.sampling`'s flags."""
     import dataclasses
     from tileinfer.memory import MemoryModel
-    model = MemoryModel.from_engine(engine)
-    acts = dataclasses.replace(model.activations, block_size=1, drafter=None, num_taps=0)
+    model = MemoryModel.from_engine(engine).sampling(**sampling_flags) if sampling_flags else MemoryModel.from_engine(engine)
+    acts = model.activations
+    if block == 1 and engine.block_max > 1:
+        acts = dataclasses.replace(acts, block_size=1, drafter=None, num_taps=0)
     return acts.step_bytes(n + new_tokens)
 
 

@@ -41,8 +41,10 @@ DISTRIBUTIONS = {
     "dflash-16": (16, 1.0, None, None, 16, 1.0),
     "plain-filtered": (1, 1.0, 40, 0.98, 4, 0.5),
 }
-MODES = {"greedy": {}, "T=1": {"temperature": 1.0}, "T=1, top-k 50, top-p 0.95": {"temperature": 1.0, "top_k": 50,
-                                                                                   "top_p": 0.95}}
+# top-k 50 reads each row's largest logits (sampling.TOP_K_CANDIDATES); top-p alone sorts the rows
+MODES = {"greedy": {}, "T=1": {"temperature": 1.0},
+         "T=1, top-k 50, top-p 0.95": {"temperature": 1.0, "top_k": 50, "top_p": 0.95},
+         "T=1, top-p 0.95": {"temperature": 1.0, "top_p": 0.95}}
 MIN_EXPECTED = 50
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import tileinfer
+from tileinfer import sampling
 from tests.conftest import assert_close
 from tests.helpers import tiny_target
 from tileinfer.config import DFlashConfig, Qwen3Config, read_json
@@ -233,19 +234,43 @@ def test_plan_matches_measured_on_fused_layers(pair, monkeypatch):
     within_margin(plain.memory_plan(45, 4).step_activation_bytes, max(peaks), "fused one-token step")
 
 
-@pytest.mark.parametrize("top_k", [None, 50])
-def test_plan_covers_a_sampling_step(tmp_path, top_k):
-    """A sampling step keeps the verify's logits and its fp32 log-probabilities (with top-k, the sort and
-    cumulative sums too): a vocabulary large enough for them to set the step's peak."""
+@pytest.mark.parametrize("top_k, top_p", [(None, None), (50, None), (50, 0.9), (None, 0.9)])
+def test_plan_covers_a_sampling_step(tmp_path, top_k, top_p):
+    """A sampling step keeps the verify's logits and its fp32 log-probabilities; top-k / top-p find one
+    threshold per row, from the candidates of a top-k of at most 1,024 or else from a sort: a vocabulary
+    large enough for them to set the step's peak."""
     target = tiny_target(tmp_path, vocab_size=8192)
     draft = write_dflash_drafter(tmp_path / "drafter", target, num_layers=2, block_size=16, seed=1,
                                  dtype=torch.float32, std=0.08, target_layer_ids=[1, 2])
     engine = tileinfer.load(target, draft=draft, weights="bf16")
     ids = prompt(200)
-    engine.generate(ids, 30, stop_ids=[], temperature=1.0, top_k=top_k, seed=1)
+    params = sampling.SamplingParams(1.0, top_k, top_p)
+    filtered, candidates = params.filtered(8192), params.candidates(8192)
+    assert candidates == (1024 if top_k else 0)
+    engine.generate(ids, 30, stop_ids=[], temperature=1.0, top_k=top_k, top_p=top_p, seed=1)
     start = int(engine.start_t.item())
-    shape = engine.step_shape(16, 230, None, False, sample=True, filtered=top_k is not None)
+    shape = engine.step_shape(16, 230, None, False, sample=True, filtered=filtered, candidates=candidates)
     peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1] for _, fn in engine._phases(shape, start)]
-    plan = engine.memory_plan(200, 30, sample=True, filtered=top_k is not None)
-    within_margin(plan.step_activation_bytes, max(peaks), f"sampling step, top_k {top_k}")
+    plan = engine.memory_plan(200, 30, sample=True, filtered=filtered, candidates=candidates)
+    within_margin(plan.step_activation_bytes, max(peaks), f"sampling step, top_k {top_k}, top_p {top_p}")
     assert plan.step_activation_bytes > engine.memory_plan(200, 30).step_activation_bytes
+
+
+@pytest.mark.parametrize("top_k, top_p", [(None, None), (40, 0.95), (None, 0.95)])
+@pytest.mark.parametrize("EXACT", [False, True])
+def test_plan_covers_a_one_token_sampling_step(tmp_path, top_k, top_p, EXACT):
+    """Plain decoding's single row: a top-k reads its candidates through `sampling.largest`'s pieces (a
+    vocabulary of more than 16 × 1,024, not a multiple of 16), and the drawn row's float64 temporaries
+    weigh as much as the logits."""
+    vocab = 16 * 1024 + 2000 + 11
+    target = tiny_target(tmp_path, vocab_size=vocab)
+    engine = tileinfer.load(target, weights="bf16", exact=EXACT)
+    params = sampling.SamplingParams(1.0, top_k, top_p)
+    filtered, candidates = params.filtered(vocab), params.candidates(vocab)
+    ids = prompt(60)
+    engine.generate(ids, 12, stop_ids=[], temperature=1.0, top_k=top_k, top_p=top_p, seed=1)
+    start = int(engine.start_t.item())
+    shape = engine.step_shape(1, 72, None, False, sample=True, filtered=filtered, candidates=candidates)
+    peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1] for _, fn in engine._phases(shape, start)]
+    plan = engine.memory_plan(60, 12, sample=True, filtered=filtered, candidates=candidates)
+    within_margin(plan.step_activation_bytes, max(peaks), f"one-token sampling step, top_k {top_k}, top_p {top_p}")

@@ -11,15 +11,17 @@ from tileinfer_profiling.memory_peaks import (PLAN_MARGIN, PLAN_SLACK, block_pea
 
 def test_rows_name_the_peak_phase():
     rows = memory_check.check(tileinfer.load(), "embedded pair", (40,), 4)
-    assert [r["what"] for r in rows] == ["prefill", "step, block 1", "step, block 16", "step, block 16, T=1",
-                                         "step, block 16, T=1 top-k/p"]
+    sampling = [f"step, block {b}, {what}" for what in ("T=1", "T=1 top-k/p", "T=1 top-p") for b in (1, 16)]
+    assert [r["what"] for r in rows] == ["prefill", "step, block 1", "step, block 16", *sampling]
     steps = {r["what"]: r for r in rows[1:]}
     assert steps["step, block 1"]["peak_phase"] == "verify"
     phases = dict(p.split(":") for p in steps["step, block 16"]["phase_bytes"].split())
     assert set(phases) == {"drafter", "verify"}
     assert max(map(int, phases.values())) == steps["step, block 16"]["measured_bytes"] > 0
     assert all(r["planned_bytes"] > 0 and r["plan_over_measured"] > 0 for r in rows)
-    assert steps["step, block 16, T=1 top-k/p"]["peak_phase"] == "verify", "the filter's sort peaks in the verify"
+    assert steps["step, block 16, T=1 top-p"]["peak_phase"] == "verify", "the filter's sort peaks in the verify"
+    blocks = [r for r in rows if r["what"].startswith("step, block 16")]
+    assert all(r["ok"] for r in blocks), [(r["what"], r["plan_over_measured"]) for r in blocks if not r["ok"]]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator trace is CUDA's")

@@ -41,28 +41,70 @@ def test_bad_parameters_raise_request_errors(kwargs, message):
         sampling.check_params(**kwargs)
 
 
-def test_filter_matches_reference():
+@pytest.mark.parametrize("candidates", [0, 8])
+def test_filter_matches_reference(candidates):
+    """From a sort and from each row's 8 largest logits (a top-k of at most 8 then reads only those; the
+    pieces of `largest` for 6 rows of 200)."""
     g = torch.Generator().manual_seed(0)
-    for vocab in (16, 50):
+    for vocab in (16, 50, 200):
         logits = torch.randn(6, vocab, generator=g, dtype=torch.float64) * 3
         for temperature in (0.5, 1.0, 2.0):
-            for top_k in (None, 1, 3, vocab - 1, vocab, vocab + 5):
+            for top_k in (None, 1, 3, 8, vocab - 1, vocab, vocab + 5):
                 for top_p in (None, 0.05, 0.5, 0.9, 1.0):
                     params = sampling.SamplingParams(temperature, top_k, top_p)
                     k = torch.tensor([min(top_k or vocab, vocab)])
                     p = torch.tensor([1.0 if top_p is None else top_p])
+                    c = candidates if top_k is not None and top_k <= candidates < vocab else 0
                     ours = sampling.log_probs(logits, torch.tensor([temperature]), k, p,
-                                              params.filtered(vocab)).exp().double()
+                                              params.filtered(vocab), c).exp().double()
                     ref = torch.stack([reference_probs(row, temperature, top_k, top_p) for row in logits])
-                    what = (vocab, temperature, top_k, top_p)
+                    what = (vocab, temperature, top_k, top_p, c)
                     assert torch.equal(ours > 0, ref > 0), what
                     assert torch.allclose(ours, ref, atol=1e-6), what
 
 
 def test_filter_keeps_ties_with_the_kth_value_as_vllm_does():
     logits = torch.tensor([[1.0, 3.0, 2.0, 2.0, 0.0]])
-    kept = sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([1.0])) > -math.inf
-    assert kept.tolist() == [[False, True, True, True, False]]
+    for candidates in (0, 2, 3):
+        kept = sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([1.0]), candidates) > -math.inf
+        assert kept.tolist() == [[False, True, True, True, False]], candidates
+
+
+@pytest.mark.parametrize("candidates", [0, 4, 6])
+def test_ties_beyond_the_candidates_count_and_a_tied_group_stays_whole(candidates):
+    """Seven tokens tie with the 2nd largest logit: those the candidates miss still hold their mass (top-p
+    0.5 then keeps the whole group), and top-p never splits a group at its edge."""
+    row = torch.tensor([3.0] + [1.0] * 7 + [0.0] * 9 + [-2.0] * 3, dtype=torch.float64)
+    logits = row[torch.randperm(row.numel(), generator=torch.Generator().manual_seed(3))].unsqueeze(0)
+    for top_k, top_p in ((2, 0.5), (2, 0.9), (2, 0.45), (1, 0.9), (3, 1.0)):
+        ours = sampling.filter_logits(logits, torch.tensor([top_k]), torch.tensor([top_p]), candidates)
+        ref = reference_probs(logits[0], 1.0, top_k, top_p)
+        kept = (ours[0] > -math.inf).tolist()
+        assert kept == (ref > 0).tolist(), (top_k, top_p)
+        groups = {value: {k for k, v in zip(kept, logits[0].tolist()) if v == value} for value in row.tolist()}
+        assert all(len(g) == 1 for g in groups.values()), (top_k, top_p)
+    # the 3.0 holds 1/(1 + 7 e^-2) = 51 % of the top-k mass: top-p 0.45 keeps it alone, 0.5 takes the ties
+    assert (sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([0.45]), candidates) > -math.inf).sum() == 1
+    assert (sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([0.6]), candidates) > -math.inf).sum() == 8
+
+
+@pytest.mark.parametrize("rows, vocab, k", [(1, 16 * 64 + 5, 64), (3, 1000, 50), (10, 333, 20), (11, 2000, 100),
+                                            (1, 100, 64), (16, 151, 8)])
+def test_largest_equals_topk(rows, vocab, k):
+    """The pieces (up to 10 rows whose sixteenths hold k) and the direct top-k give the same values."""
+    x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16).float()
+    assert torch.equal(sampling.largest(x, k), x.topk(k, dim=-1).values)
+
+
+def test_candidates_only_for_a_top_k_within_them():
+    V = 151_936
+    assert sampling.SamplingParams(1.0, 50, 0.95).candidates(V) == sampling.TOP_K_CANDIDATES == 1024
+    assert sampling.SamplingParams(1.0, 1024).candidates(V) == 1024
+    assert sampling.SamplingParams(1.0, 1025).candidates(V) == 0          # a sort
+    assert sampling.SamplingParams(1.0, None, 0.9).candidates(V) == 0     # top-p alone: a sort
+    assert sampling.SamplingParams(1.0, 50).candidates(1000) == 0         # a vocabulary within the candidates
+    assert sampling.SamplingParams(0.0, 50).candidates(V) == 0            # greedy
+    assert sampling.SamplingParams(1.0, V).candidates(V) == 0             # nothing filtered
 
 
 def test_uniforms_are_reproducible_and_uniform():

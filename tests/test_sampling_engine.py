@@ -233,3 +233,38 @@ def test_sampling_bench_smoke(tmp_path, capsys):
     assert set(cost["sampling"]) == set(sampling_bench.MODES) and (cost["step_ms"] > 0).all()
     temps = pd.read_csv(_one(tmp_path, "sampling_acceptance_*.csv"))
     assert sorted(set(temps["temperature"])) == [0.0, 0.6, 1.0]
+
+
+@pytest.fixture(scope="module")
+def wide_pair(tmp_path_factory):
+    """A vocabulary past the top-k candidates (and past 16 × 1,024, so one-row steps cut rows in pieces)."""
+    from tests.helpers import tiny_pair
+    return tiny_pair(tmp_path_factory.mktemp("wide_vocab"), block_size=4, vocab_size=16 * 1024 + 517)
+
+
+def _by_sort(monkeypatch):
+    from tileinfer import sampling
+    monkeypatch.setattr(sampling.SamplingParams, "candidates", lambda self, vocab: 0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_top_k_from_candidates_samples_what_the_sort_samples(wide_pair, monkeypatch, device):
+    """A top-k within the candidates finds each row's threshold among its largest logits; the tokens are
+    those of the whole-row sort, seed for seed, in plain decoding and DFlash steps (CUDA graphs on a GPU)."""
+    engine = tileinfer.load(wide_pair[0], draft=wide_pair[1], weights="fp32", device=device)
+    assert engine.config.vocab_size > 16 * 1024
+    runs = [dict(block_size=b, temperature=t, top_k=k, top_p=p, seed=s)
+            for b, t, k, p, s in ((1, 1.0, 40, None, 1), (1, 1.5, 300, 0.9, 2), (4, 1.0, 7, 0.8, 3), (4, 2.0, 1024, None, 4))]
+    from tileinfer import sampling
+    seen = set()
+    with monkeypatch.context() as m:
+        m.setattr(sampling, "filter_logits", lambda *a, _f=sampling.filter_logits: seen.add(a[3]) or _f(*a))
+        fast = [engine.generate(PROMPT, 16, stop_ids=[], eager=True, **kw).tokens for kw in runs]
+    assert seen == {sampling.TOP_K_CANDIDATES}
+    assert fast == [engine.generate(PROMPT, 16, stop_ids=[], **kw).tokens for kw in runs]  # graphs on a GPU
+    with monkeypatch.context() as m:
+        _by_sort(m)
+        assert engine.generate(PROMPT, 2, stop_ids=[], temperature=1.0, top_k=40).stats.new_tokens == 2
+        sorted_ = [engine.generate(PROMPT, 16, stop_ids=[], **kw).tokens for kw in runs]
+    assert fast == sorted_
+    assert len({tuple(t) for t in fast}) == len(runs)

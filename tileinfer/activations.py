@@ -27,6 +27,7 @@ import torch
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
 from tileinfer.ops.backend import fused_layer, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
+from tileinfer.sampling import PIECES
 from tileinfer.shapes import ModelShape
 
 CUDA_ALLOCATION_BYTES = 512  # the CUDA caching allocator's rounding of every block
@@ -51,6 +52,7 @@ class ActivationModel:
     fused_argmax: bool = False  # Ops.fused_argmax: greedy tokens come from the LM head's launch, no logits
     sample: bool = False        # a sampling request: the verify's logits exist (drafts stay greedy)
     filtered: bool = False      # ... with top-k / top-p (their sort and cumulative sums)
+    candidates: int = 0         # ... read from each row's largest logits instead (SamplingParams.candidates)
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -129,21 +131,41 @@ class ActivationModel:
         return 2 * b(t, hidden)
 
     def _sampling_bytes(self, t: int) -> int:
-        """The verify's logits and `sampling.log_probs` on t rows: the tempered fp32 copy and the log-probs;
-        with top-k / top-p also the sort's values and int64 order and the softmax and its cumulative sum.
-        On CUDA a sort of rows longer than 4,096 is a radix sort that also holds 32 B per element (20 B
-        for one row) and cub's scratch, under 0.5 B per element; shorter rows sort in place. The Qwen3-4B
-        top-k/top-p step that the plan missed without it: 122.3 MB on the H200
-        (bench/results/memory_plan_h200.csv)."""
+        """The verify's logits and `sampling.log_probs` on t rows: the tempered fp32 copy and the log-probs,
+        then `speculative_sample`'s drawn row beside them. Top-k / top-p add one threshold per row, found
+        from candidates (`_candidate_bytes`) or from a sort: the sort's values and int64 order, then the
+        softmax and its cumulative sum and a mask. On CUDA a sort of rows longer than 4,096 is a radix sort
+        that also holds 32 B per element (20 B for one row) and cub's scratch, under 0.5 B per element;
+        shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
+        on the H200 (bench/results/memory_plan_h200.csv)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
+        logits = self.b(t, n)
+        drawn = logits + fp32 + self.b(n, e=4) + 2 * self.b(n, e=8)  # the row, its float64 exp and CDF
         if not self.filtered:
-            return max(self._logits_bytes(t), self.b(t, n) + 2 * fp32)
-        after_sort = self.b(t, n) + 6 * fp32
+            return max(self._logits_bytes(t), logits + 2 * fp32, drawn)
+        if self.candidates:
+            return max(self._logits_bytes(t), logits + self._candidate_bytes(t), drawn)
+        after_sort = logits + 4 * fp32 + self.b(t, n, e=1)
         if not self.cuda or n <= 4096:
-            return max(self._logits_bytes(t), after_sort)
+            return max(self._logits_bytes(t), after_sort, drawn)
         radix = (8 if t > 1 else 5) * fp32 + self.b(-(-t * n // 2), e=1)
-        return max(self._logits_bytes(t), after_sort, self.b(t, n) + fp32 + 3 * fp32 + radix)
+        return max(self._logits_bytes(t), after_sort, drawn, logits + fp32 + 3 * fp32 + radix)
+
+    def _candidate_bytes(self, t: int) -> int:
+        """`sampling.filter_logits` from each row's `candidates` largest logits, beyond the logits, at its
+        largest of: the tempered fp32 copy with `sampling.largest` (values and int64 indices of each piece's
+        top, their concatenation and the rows' top; on CUDA a strided view of 2 to 10 rows is copied
+        first); the ties' mask and its int32 cast; the candidates' sums; the masked copy and its mask."""
+        n, c = self.target.vocab, self.candidates
+        fp32, mask, vals = self.b(t, n, e=4), self.b(t, n, e=1), self.b(t, c, e=4)
+        top = vals + self.b(t, c, e=8)
+        piece = n // PIECES
+        if t <= 10 and piece >= c:
+            copy = fp32 if self.cuda and t > 1 else 0
+            pieces = self.b(t * PIECES, c, e=4) + self.b(t * PIECES, c, e=8)
+            top += copy + pieces + self.b(t, PIECES * c + n - PIECES * piece, e=4)
+        return max(fp32 + top, fp32 + mask + self.b(t, n, e=4) + vals, fp32 + 6 * vals, 2 * fp32 + mask + vals)
 
     def _greedy_bytes(self, t: int) -> int:
         """The LM head's greedy tokens on t rows: its logits and their argmax, or the ids alone where the

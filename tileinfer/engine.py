@@ -36,6 +36,7 @@ class StepShape:
     forced: bool       # acceptance forced from an accept profile instead of computed
     sample: bool = False     # speculative sampling instead of greedy verification
     filtered: bool = False   # top-k / top-p on (their sort is skipped otherwise)
+    candidates: int = 0      # ... from each row's largest logits (SamplingParams.candidates), 0: a sort
 
 
 @dataclass(slots=True)
@@ -143,7 +144,8 @@ class Engine:
             posterior = None if shape.sample else target.greedy(normed)
         with tracing.annotate("accept"):
             if shape.sample:
-                accepted, posterior = self._sample(logits, self.block_ids[1:size], shape.filtered)
+                accepted, posterior = self._sample(logits, self.block_ids[1:size], shape.filtered,
+                                                   shape.candidates)
             else:
                 matches = (self.block_ids[1:size] == posterior[: size - 1]).to(torch.int64)
                 accepted = matches.cumprod(0).sum().view(1)
@@ -155,10 +157,10 @@ class Engine:
             self.start_t.add_(accepted + 1)
             self.block_ids[:1].copy_(posterior.gather(0, accepted))
 
-    def _sample(self, logits, drafts, filtered: bool):
+    def _sample(self, logits, drafts, filtered: bool, candidates: int = 0):
         """Speculative sampling of a block (a single token without drafts): (accepted [1], tokens [size])."""
         s = self.sampler
-        logp = sampling.log_probs(logits, s.temperature, s.top_k, s.top_p, filtered)
+        logp = sampling.log_probs(logits, s.temperature, s.top_k, s.top_p, filtered, candidates)
         return sampling.speculative_sample(logp, drafts, s.next_uniforms())
 
     def _phases(self, shape: StepShape, host_start: int) -> list[tuple[str, object]]:
@@ -247,10 +249,12 @@ class Engine:
         return ids, block_size, stop, params
 
     def memory_plan(self, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None,
-                    sample: bool = False, filtered: bool = False) -> memory.MemoryPlan:
+                    sample: bool = False, filtered: bool = False, candidates: int = 0) -> memory.MemoryPlan:
         """Weights, KV caches and peak activations in bytes for a request (`sample`: temperature > 0,
-        `filtered`: with top-k / top-p); with a budget, the longest prompt that fits."""
-        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes, sample=sample, filtered=filtered)
+        `filtered`: with top-k / top-p, `candidates`: SamplingParams.candidates); with a budget, the
+        longest prompt that fits."""
+        return memory.plan(self, prompt_len, max_new_tokens, budget_bytes, sample=sample, filtered=filtered,
+                           candidates=candidates)
 
     def _sync(self):
         if self.is_cuda:
@@ -299,16 +303,16 @@ class Engine:
         return self.target.logits(self.target.final_norm(h, residual)).float()
 
     def step_shape(self, size: int, max_length: int, num_splits: int | None, forced: bool, sample: bool = False,
-                   filtered: bool = False) -> StepShape:
+                   filtered: bool = False, candidates: int = 0) -> StepShape:
         """The shape of a step of `size` tokens in a request whose tokens end at `max_length`."""
         if not self.exact:
             if num_splits is None:
                 num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
-            return StepShape(size, num_splits, 0, forced, sample, filtered)
+            return StepShape(size, num_splits, 0, forced, sample, filtered, candidates)
         if num_splits is None:  # one split size for the whole request, whatever the step's size
             num_splits = exact_num_splits(max_length, max_num_splits(self.device))
         return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced,
-                         sample, filtered)
+                         sample, filtered, candidates)
 
     @torch.inference_mode()
     def generate(self, prompt, max_new_tokens: int, stop_ids=None, block_size: int | None = None,
@@ -329,15 +333,16 @@ class Engine:
         ids, block, stop, params = self._check_request(prompt, max_new_tokens, stop_ids, block_size, num_splits,
                                                        temperature, top_k, top_p, seed)
         n_prompt = len(ids)
-        memory.check_budget(self, n_prompt, max_new_tokens, sample=not params.greedy,  # before any allocation
-                            filtered=params.filtered(self.config.vocab_size))
+        vocab = self.config.vocab_size
+        sample, filtered, candidates = not params.greedy, params.filtered(vocab), params.candidates(vocab)
+        memory.check_budget(self, n_prompt, max_new_tokens, sample=sample, filtered=filtered,  # before any allocation
+                            candidates=candidates)
         max_length = n_prompt + max_new_tokens
         self._ensure_caches(max_length + 2 * self.block_max)
         use_graphs = self.is_cuda and not eager and self.backend == "triton"
         forced = accept_profile is not None
         schedule = accept_schedule(accept_profile) if forced else None
         pipelined = self.backend == "triton"  # the torch backend reads the host's KV length
-        sample, filtered = not params.greedy, params.filtered(self.config.vocab_size)
         seed = params.seed if params.seed is not None or not sample else sampling.random_seed()
         stats = GenerationStats(prompt_tokens=n_prompt, block_size=block, exact=self.exact,
                                 temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
@@ -347,7 +352,7 @@ class Engine:
         self._sync()
         t0 = time.perf_counter()
         logits = self._prefill(ids, draft=block > 1)
-        first = self._sample(logits, self.block_ids[1:1], filtered)[1] if sample else logits.argmax(dim=-1)
+        first = self._sample(logits, self.block_ids[1:1], filtered, candidates)[1] if sample else logits.argmax(dim=-1)
         self.block_ids[:1].copy_(first)
         self.start_t.fill_(n_prompt)
         self.ctx_start_t.fill_(n_prompt)
@@ -359,7 +364,7 @@ class Engine:
         def launch(size: int, host_start: int) -> StepInFlight:
             if forced:
                 self.forced_accept.fill_(next(schedule) - 1)
-            shape = self.step_shape(size, max_length, num_splits, forced, sample, filtered)
+            shape = self.step_shape(size, max_length, num_splits, forced, sample, filtered, candidates)
             return self._launch(shape, host_start, use_graphs)
 
         read, pending = [], deque()

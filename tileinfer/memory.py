@@ -64,10 +64,12 @@ class MemoryModel:
     def with_prefill_chunk(self, chunk: int) -> MemoryModel:
         return dataclasses.replace(self, activations=dataclasses.replace(self.activations, prefill_chunk=chunk))
 
-    def sampling(self, sample: bool = True, filtered: bool = False) -> MemoryModel:
+    def sampling(self, sample: bool = True, filtered: bool = False, candidates: int = 0) -> MemoryModel:
         """The model of a sampling request (its verify steps keep their logits and log-probabilities;
-        `filtered`: with top-k / top-p) or, False, a greedy one."""
-        acts = dataclasses.replace(self.activations, sample=sample, filtered=sample and filtered)
+        `filtered`: with top-k / top-p, from `candidates` logits per row or a sort) or, False, a greedy one."""
+        filtered = sample and filtered
+        acts = dataclasses.replace(self.activations, sample=sample, filtered=filtered,
+                                   candidates=candidates if filtered else 0)
         return dataclasses.replace(self, activations=acts)
 
     @classmethod
@@ -244,10 +246,11 @@ def held_buffer_bytes(engine) -> int:
 # ---- the engine's entry points -------------------------------------------------------------------
 
 def plan(engine, prompt_len: int, max_new_tokens: int, budget_bytes: int | None = None,
-         prefill_chunk: int | None = None, sample: bool = False, filtered: bool = False) -> MemoryPlan:
+         prefill_chunk: int | None = None, sample: bool = False, filtered: bool = False,
+         candidates: int = 0) -> MemoryPlan:
     """The memory plan of a request of `prompt_len` tokens + `max_new_tokens` on `engine` (`sample`: one
-    that samples, temperature > 0; `filtered`: with top-k / top-p)."""
-    model = MemoryModel.from_engine(engine).sampling(sample, filtered)
+    that samples, temperature > 0; `filtered`: with top-k / top-p; `candidates`: SamplingParams.candidates)."""
+    model = MemoryModel.from_engine(engine).sampling(sample, filtered, candidates)
     if prefill_chunk is not None:
         model = model.with_prefill_chunk(prefill_chunk)
     return model.plan(prompt_len, max_new_tokens, budget_bytes)
@@ -271,12 +274,13 @@ def default_budget(device: torch.device) -> int | None:
 
 
 def check_budget(engine, prompt_len: int, max_new_tokens: int, sample: bool = False,
-                 filtered: bool = False) -> MemoryPlan | None:
+                 filtered: bool = False, candidates: int = 0) -> MemoryPlan | None:
     """Raise RequestError when the request's plan exceeds the engine's memory budget; run before any allocation."""
     budget = engine.memory_budget if engine.memory_budget is not None else default_budget(engine.device)
     if budget is None or math.isinf(budget):
         return None
-    p = plan(engine, prompt_len, max_new_tokens, budget_bytes=int(budget), sample=sample, filtered=filtered)
+    p = plan(engine, prompt_len, max_new_tokens, budget_bytes=int(budget), sample=sample, filtered=filtered,
+             candidates=candidates)
     if p.fits:
         return p
     longest = p.longest_prompt()

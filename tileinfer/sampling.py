@@ -1,7 +1,9 @@
 """Sampling on the device: the target's filtered distribution and the speculative-sampling step.
 
 The filtered distribution follows vLLM: logits / temperature, then top-k (ties with the k-th value kept),
-then top-p over what top-k left (the smallest set of largest probabilities whose mass reaches p). A
+then top-p over what top-k left (the smallest set of largest probabilities whose mass reaches p; a group
+of tied logits at its edge is kept whole). Both come down to one threshold per row: a top-k of at most
+TOP_K_CANDIDATES finds it among each row's largest logits, anything else sorts the whole row. A
 speculative step accepts draft i with probability min(1, p(x)/q(x)) (p(x) for a deterministic drafter,
 whose q is a point mass), samples the first rejected position from the normalized residual
 max(0, p - q) and a full acceptance's bonus token from p, so its tokens are distributed as the target's.
@@ -23,6 +25,8 @@ from tileinfer.errors import RequestError
 
 _M32 = 0xFFFFFFFF
 UNIFORM_GRANULE = 1024  # rows of the uniform table grow in steps of this many (a regrowth invalidates graphs)
+TOP_K_CANDIDATES = 1024  # a top-k up to this reads each row's largest logits instead of sorting the row
+PIECES = 16  # a row of a few-row top-k is cut into this many pieces first (`largest`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,13 @@ class SamplingParams:
         """Whether top-k or top-p removes anything (the sort they need is skipped otherwise)."""
         return not self.greedy and ((self.top_k is not None and self.top_k < vocab_size)
                                     or (self.top_p is not None and self.top_p < 1))
+
+    def candidates(self, vocab_size: int) -> int:
+        """Logits per row that top-k / top-p read: TOP_K_CANDIDATES where the top-k is at most that (only
+        ties with the k-th value can lie beyond, and those are counted), else 0 (the whole row is sorted)."""
+        if self.filtered(vocab_size) and self.top_k is not None and self.top_k <= TOP_K_CANDIDATES < vocab_size:
+            return TOP_K_CANDIDATES
+        return 0
 
 
 def check_params(temperature=0.0, top_k=None, top_p=None, seed=None) -> SamplingParams:
@@ -117,35 +128,70 @@ class SamplerState:
 
 # ---------------------------------------------------------------------------------------------------
 
-def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """vLLM's top-k then top-p on [..., V] (tempered) logits: what they remove becomes -inf.
-    top_k: int64 [1] in 1 … V (V keeps everything); top_p: float [1] in (0, 1]."""
+def largest(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest values of each row of [R, V], in descending order. CUDA's topk sorts whole rows when
+    there are at most 10 of them, so such rows are first cut into PIECES whose top k are then merged."""
+    rows, vocab = x.shape
+    piece = vocab // PIECES
+    if rows > 10 or piece < k:
+        return x.topk(k, dim=-1).values
+    head = x[:, :PIECES * piece].unflatten(-1, (PIECES, piece)).topk(k, dim=-1).values.flatten(1)
+    return torch.cat([head, x[:, PIECES * piece:]], dim=-1).topk(k, dim=-1).values
+
+
+def _threshold_from_candidates(logits, top_k, top_p, candidates: int) -> torch.Tensor:
+    """The lowest logit [R, 1] that top-k then top-p keep, from each row's `candidates` largest logits
+    (top_k ≤ candidates). Ties with the k-th value beyond the candidates count towards the mass."""
+    vals = largest(logits, candidates)
+    kth = vals.gather(-1, (top_k - 1).clamp(0, candidates - 1).expand(vals.shape[0], 1))
+    beyond = ((logits == kth).sum(dim=-1, keepdim=True, dtype=torch.int32)  # int32: a 4-byte cast, not 8
+              - (vals == kth).sum(dim=-1, keepdim=True, dtype=torch.int32))
+    in_top_k = vals >= kth
+    weight = (vals - vals[:, :1]).exp().masked_fill(~in_top_k, 0.0)
+    total = weight.sum(dim=-1, keepdim=True) + beyond * (kth - vals[:, :1]).exp()
+    before = (weight.cumsum(dim=-1) - weight) / total   # the mass of the more likely candidates
+    keep = in_top_k & ((before < top_p) | (top_p >= 1))
+    return vals.gather(-1, keep.sum(dim=-1, keepdim=True) - 1)
+
+
+def _threshold_from_sort(logits, top_k, top_p) -> torch.Tensor:
+    """The same threshold from the whole row sorted."""
     vocab = logits.shape[-1]
-    ascending, order = logits.sort(dim=-1)
+    ascending = logits.sort(dim=-1).values
     kth = ascending.gather(-1, (vocab - top_k).clamp(0, vocab - 1).expand(*logits.shape[:-1], 1))
-    ascending = ascending.masked_fill(ascending < kth, -math.inf)
-    below = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
-    below[..., -1] = False  # the most likely token always stays
-    ascending = ascending.masked_fill(below, -math.inf)
-    return ascending.scatter(-1, order, ascending)
+    below = ascending.masked_fill(ascending < kth, -math.inf).softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+    first = below.sum(dim=-1, keepdim=True).clamp_max(vocab - 1)  # the most likely token always stays
+    return ascending.gather(-1, first)
 
 
-def log_probs(logits: torch.Tensor, temperature, top_k, top_p, filtered: bool) -> torch.Tensor:
+def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, candidates: int = 0) -> torch.Tensor:
+    """vLLM's top-k then top-p on [R, V] (tempered) logits: what they remove becomes -inf. One threshold per
+    row, so a group of tied logits is kept or removed whole. top_k: int64 [1] in 1 … V (V keeps
+    everything); top_p: float [1] in (0, 1]; candidates: SamplingParams.candidates (0: sort the rows)."""
+    rows = logits.reshape(-1, logits.shape[-1])
+    if candidates:
+        threshold = _threshold_from_candidates(rows, top_k, top_p, candidates)
+    else:
+        threshold = _threshold_from_sort(rows, top_k, top_p)
+    return rows.masked_fill(rows < threshold, -math.inf).view(logits.shape)
+
+
+def log_probs(logits: torch.Tensor, temperature, top_k, top_p, filtered: bool, candidates: int = 0) -> torch.Tensor:
     """Log-probabilities [..., V] (float32) of the filtered distribution; -inf where filtered out.
     temperature: a float32 [1] tensor (BF16 logits are promoted: one kernel divides in float32)."""
     scaled = logits / temperature
     if filtered:
-        scaled = filter_logits(scaled, top_k, top_p)
+        scaled = filter_logits(scaled, top_k, top_p, candidates)
     return scaled.log_softmax(dim=-1)
 
 
 def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One index per row of unnormalized probabilities [..., V] (float64) by inverse CDF with u [..., 1]
     in [0, 1): index j has probability probs[j] / sum, and a zero entry is never returned."""
-    cdf = probs.cumsum(dim=-1)
-    total = cdf[..., -1:]
-    index = (cdf <= u * total).sum(dim=-1, keepdim=True)
-    last = (cdf < total).sum(dim=-1, keepdim=True)  # the last positive entry (u * total may round up to total)
+    cdf = probs.cumsum(dim=-1)  # non-decreasing: binary searches count its entries below a value
+    total = cdf[..., -1:].contiguous()
+    index = torch.searchsorted(cdf, (u * total).contiguous(), right=True)  # entries <= u * total
+    last = torch.searchsorted(cdf, total)  # the last positive entry (u * total may round up to total)
     return torch.minimum(index, last)
 
 

@@ -10,17 +10,18 @@ import torch
 
 def reference_probs(logits: torch.Tensor, temperature: float, top_k=None, top_p=None) -> torch.Tensor:
     """The filtered distribution [V] in float64, written plainly: logits / temperature; top-k keeps the
-    tokens at least as likely as the k-th; top-p keeps, from the most likely down, each token whose
-    predecessors' mass is still below p (vLLM's semantics, ties aside)."""
+    tokens at least as likely as the k-th; top-p keeps each token whose strictly more likely tokens hold
+    less than p of the mass (vLLM's semantics; tied tokens stay or go together)."""
     x = logits.double() / temperature
     keep = torch.ones_like(x, dtype=torch.bool)
     if top_k is not None and top_k < x.numel():
         keep &= x >= x.sort(descending=True).values[top_k - 1]
     probs = torch.softmax(x.masked_fill(~keep, -math.inf), dim=-1)
-    if top_p is not None:
-        order = probs.argsort(descending=True)
-        before = probs[order].cumsum(0) - probs[order]  # the mass of the more likely tokens
-        keep[order[before >= top_p]] = False
+    if top_p is not None and top_p < 1:
+        values, group = x.unique(return_inverse=True)
+        mass = torch.zeros_like(values).index_add_(0, group, probs)
+        above = mass.flip(0).cumsum(0).flip(0) - mass  # the mass of the larger values
+        keep &= above[group] < top_p
         probs = torch.softmax(x.masked_fill(~keep, -math.inf), dim=-1)
     return probs
 
