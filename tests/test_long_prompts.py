@@ -259,9 +259,8 @@ def test_plan_covers_a_sampling_step(tmp_path, top_k, top_p):
 @pytest.mark.parametrize("top_k, top_p", [(None, None), (40, 0.95), (None, 0.95)])
 @pytest.mark.parametrize("EXACT", [False, True])
 def test_plan_covers_a_one_token_sampling_step(tmp_path, top_k, top_p, EXACT):
-    """Plain decoding's single row: a top-k reads its candidates through `sampling.largest`'s pieces (a
-    vocabulary of more than 16 × 1,024, not a multiple of 16), and the drawn row's float64 temporaries
-    weigh as much as the logits."""
+    """Plain decoding's single row (a top-k sorts it: fewer rows than sampling.CANDIDATE_MIN_ROWS), with
+    the drawn row's float64 temporaries that weigh more than its logits."""
     vocab = 16 * 1024 + 2000 + 11
     target = tiny_target(tmp_path, vocab_size=vocab)
     engine = tileinfer.load(target, weights="bf16", exact=EXACT)

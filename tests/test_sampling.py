@@ -43,11 +43,10 @@ def test_bad_parameters_raise_request_errors(kwargs, message):
 
 @pytest.mark.parametrize("candidates", [0, 8])
 def test_filter_matches_reference(candidates):
-    """From a sort and from each row's 8 largest logits (a top-k of at most 8 then reads only those; the
-    pieces of `largest` for 6 rows of 200)."""
+    """From a sort and from each row's 8 largest logits (a top-k of at most 8 then reads only those)."""
     g = torch.Generator().manual_seed(0)
     for vocab in (16, 50, 200):
-        logits = torch.randn(6, vocab, generator=g, dtype=torch.float64) * 3
+        logits = torch.randn(sampling.CANDIDATE_MIN_ROWS, vocab, generator=g, dtype=torch.float64) * 3
         for temperature in (0.5, 1.0, 2.0):
             for top_k in (None, 1, 3, 8, vocab - 1, vocab, vocab + 5):
                 for top_p in (None, 0.05, 0.5, 0.9, 1.0):
@@ -75,25 +74,19 @@ def test_ties_beyond_the_candidates_count_and_a_tied_group_stays_whole(candidate
     """Seven tokens tie with the 2nd largest logit: those the candidates miss still hold their mass (top-p
     0.5 then keeps the whole group), and top-p never splits a group at its edge."""
     row = torch.tensor([3.0] + [1.0] * 7 + [0.0] * 9 + [-2.0] * 3, dtype=torch.float64)
-    logits = row[torch.randperm(row.numel(), generator=torch.Generator().manual_seed(3))].unsqueeze(0)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.stack([row[torch.randperm(row.numel(), generator=g)] for _ in range(sampling.CANDIDATE_MIN_ROWS)])
     for top_k, top_p in ((2, 0.5), (2, 0.9), (2, 0.45), (1, 0.9), (3, 1.0)):
         ours = sampling.filter_logits(logits, torch.tensor([top_k]), torch.tensor([top_p]), candidates)
-        ref = reference_probs(logits[0], 1.0, top_k, top_p)
-        kept = (ours[0] > -math.inf).tolist()
-        assert kept == (ref > 0).tolist(), (top_k, top_p)
-        groups = {value: {k for k, v in zip(kept, logits[0].tolist()) if v == value} for value in row.tolist()}
-        assert all(len(g) == 1 for g in groups.values()), (top_k, top_p)
-    # the 3.0 holds 1/(1 + 7 e^-2) = 51 % of the top-k mass: top-p 0.45 keeps it alone, 0.5 takes the ties
-    assert (sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([0.45]), candidates) > -math.inf).sum() == 1
-    assert (sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([0.6]), candidates) > -math.inf).sum() == 8
-
-
-@pytest.mark.parametrize("rows, vocab, k", [(1, 16 * 64 + 5, 64), (3, 1000, 50), (10, 333, 20), (11, 2000, 100),
-                                            (1, 100, 64), (16, 151, 8)])
-def test_largest_equals_topk(rows, vocab, k):
-    """The pieces (up to 10 rows whose sixteenths hold k) and the direct top-k give the same values."""
-    x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16).float()
-    assert torch.equal(sampling.largest(x, k), x.topk(k, dim=-1).values)
+        for got, x in zip(ours, logits):
+            kept = (got > -math.inf).tolist()
+            assert kept == (reference_probs(x, 1.0, top_k, top_p) > 0).tolist(), (top_k, top_p)
+            groups = {value: {k for k, v in zip(kept, x.tolist()) if v == value} for value in row.tolist()}
+            assert all(len(g) == 1 for g in groups.values()), (top_k, top_p)
+    # the 3.0 holds 1/(1 + 7 e^-2) = 51 % of the top-k mass: top-p 0.45 keeps it alone, 0.6 takes the ties
+    rows = len(logits)
+    assert (sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([0.45]), candidates) > -math.inf).sum() == rows
+    assert (sampling.filter_logits(logits, torch.tensor([2]), torch.tensor([0.6]), candidates) > -math.inf).sum() == 8 * rows
 
 
 def test_candidates_only_for_a_top_k_within_them():

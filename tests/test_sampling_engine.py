@@ -237,9 +237,9 @@ def test_sampling_bench_smoke(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def wide_pair(tmp_path_factory):
-    """A vocabulary past the top-k candidates (and past 16 × 1,024, so one-row steps cut rows in pieces)."""
+    """A vocabulary past the top-k candidates."""
     from tests.helpers import tiny_pair
-    return tiny_pair(tmp_path_factory.mktemp("wide_vocab"), block_size=4, vocab_size=16 * 1024 + 517)
+    return tiny_pair(tmp_path_factory.mktemp("wide_vocab"), block_size=16, vocab_size=4 * 1024 + 517)
 
 
 def _by_sort(monkeypatch):
@@ -249,18 +249,21 @@ def _by_sort(monkeypatch):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_top_k_from_candidates_samples_what_the_sort_samples(wide_pair, monkeypatch, device):
-    """A top-k within the candidates finds each row's threshold among its largest logits; the tokens are
-    those of the whole-row sort, seed for seed, in plain decoding and DFlash steps (CUDA graphs on a GPU)."""
+    """A top-k within the candidates finds each DFlash block's thresholds among its rows' largest logits;
+    the tokens are those of the whole-row sort, seed for seed (CUDA graphs on a GPU). Plain decoding's
+    single row sorts."""
     engine = tileinfer.load(wide_pair[0], draft=wide_pair[1], weights="fp32", device=device)
-    assert engine.config.vocab_size > 16 * 1024
+    assert engine.config.vocab_size > 4 * 1024
     runs = [dict(block_size=b, temperature=t, top_k=k, top_p=p, seed=s)
-            for b, t, k, p, s in ((1, 1.0, 40, None, 1), (1, 1.5, 300, 0.9, 2), (4, 1.0, 7, 0.8, 3), (4, 2.0, 1024, None, 4))]
+            for b, t, k, p, s in ((16, 1.0, 40, None, 1), (16, 1.5, 300, 0.9, 2), (16, 1.0, 7, 0.8, 3),
+                                  (16, 2.0, 1024, None, 4), (1, 1.0, 40, 0.9, 5))]
     from tileinfer import sampling
-    seen = set()
+    rows = []
     with monkeypatch.context() as m:
-        m.setattr(sampling, "filter_logits", lambda *a, _f=sampling.filter_logits: seen.add(a[3]) or _f(*a))
+        m.setattr(sampling, "_threshold_from_candidates",
+                  lambda x, *a, _f=sampling._threshold_from_candidates: rows.append(len(x)) or _f(x, *a))
         fast = [engine.generate(PROMPT, 16, stop_ids=[], eager=True, **kw).tokens for kw in runs]
-    assert seen == {sampling.TOP_K_CANDIDATES}
+    assert 16 in rows and min(rows) >= sampling.CANDIDATE_MIN_ROWS  # a request's last blocks are shorter
     assert fast == [engine.generate(PROMPT, 16, stop_ids=[], **kw).tokens for kw in runs]  # graphs on a GPU
     with monkeypatch.context() as m:
         _by_sort(m)

@@ -27,10 +27,11 @@ import torch
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
 from tileinfer.ops.backend import fused_layer, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
-from tileinfer.sampling import PIECES
+from tileinfer.sampling import CANDIDATE_MIN_ROWS
 from tileinfer.shapes import ModelShape
 
 CUDA_ALLOCATION_BYTES = 512  # the CUDA caching allocator's rounding of every block
+SAMPLING_SCALARS = 16  # small tensors of a sampling step live at its peak (11 measured on the H200)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +143,12 @@ class ActivationModel:
         fp32 = self.b(t, n, e=4)
         logits = self.b(t, n)
         drawn = logits + fp32 + self.b(n, e=4) + 2 * self.b(n, e=8)  # the row, its float64 exp and CDF
+        # the step's per-row scalars (thresholds, sums, accepted count, the token): an allocator block each
+        logits += SAMPLING_SCALARS * self.b(t, e=8)
+        drawn += SAMPLING_SCALARS * self.b(t, e=8)
         if not self.filtered:
             return max(self._logits_bytes(t), logits + 2 * fp32, drawn)
-        if self.candidates:
+        if self.candidates and t >= CANDIDATE_MIN_ROWS:
             return max(self._logits_bytes(t), logits + self._candidate_bytes(t), drawn)
         after_sort = logits + 4 * fp32 + self.b(t, n, e=1)
         if not self.cuda or n <= 4096:
@@ -154,18 +158,12 @@ class ActivationModel:
 
     def _candidate_bytes(self, t: int) -> int:
         """`sampling.filter_logits` from each row's `candidates` largest logits, beyond the logits, at its
-        largest of: the tempered fp32 copy with `sampling.largest` (values and int64 indices of each piece's
-        top, their concatenation and the rows' top; on CUDA a strided view of 2 to 10 rows is copied
-        first); the ties' mask and its int32 cast; the candidates' sums; the masked copy and its mask."""
+        largest of: the tempered fp32 copy with the top's values and int64 indices; the ties' mask and its
+        int32 cast; the candidates' sums; the masked copy and its mask."""
         n, c = self.target.vocab, self.candidates
         fp32, mask, vals = self.b(t, n, e=4), self.b(t, n, e=1), self.b(t, c, e=4)
-        top = vals + self.b(t, c, e=8)
-        piece = n // PIECES
-        if t <= 10 and piece >= c:
-            copy = fp32 if self.cuda and t > 1 else 0
-            pieces = self.b(t * PIECES, c, e=4) + self.b(t * PIECES, c, e=8)
-            top += copy + pieces + self.b(t, PIECES * c + n - PIECES * piece, e=4)
-        return max(fp32 + top, fp32 + mask + self.b(t, n, e=4) + vals, fp32 + 6 * vals, 2 * fp32 + mask + vals)
+        return max(fp32 + vals + self.b(t, c, e=8), fp32 + mask + self.b(t, n, e=4) + vals, fp32 + 6 * vals,
+                   2 * fp32 + mask + vals)
 
     def _greedy_bytes(self, t: int) -> int:
         """The LM head's greedy tokens on t rows: its logits and their argmax, or the ids alone where the

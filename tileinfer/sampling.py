@@ -26,7 +26,8 @@ from tileinfer.errors import RequestError
 _M32 = 0xFFFFFFFF
 UNIFORM_GRANULE = 1024  # rows of the uniform table grow in steps of this many (a regrowth invalidates graphs)
 TOP_K_CANDIDATES = 1024  # a top-k up to this reads each row's largest logits instead of sorting the row
-PIECES = 16  # a row of a few-row top-k is cut into this many pieces first (`largest`)
+CANDIDATE_MIN_ROWS = 11  # fewer rows sort: CUDA's topk sorts up to 10 rows of 100,000+ itself, and a
+                         # plain step's top-k of 1,024 by pieces cost more than the sort (sampling_cost_h200.csv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,21 +129,10 @@ class SamplerState:
 
 # ---------------------------------------------------------------------------------------------------
 
-def largest(x: torch.Tensor, k: int) -> torch.Tensor:
-    """The k largest values of each row of [R, V], in descending order. CUDA's topk sorts whole rows when
-    there are at most 10 of them, so such rows are first cut into PIECES whose top k are then merged."""
-    rows, vocab = x.shape
-    piece = vocab // PIECES
-    if rows > 10 or piece < k:
-        return x.topk(k, dim=-1).values
-    head = x[:, :PIECES * piece].unflatten(-1, (PIECES, piece)).topk(k, dim=-1).values.flatten(1)
-    return torch.cat([head, x[:, PIECES * piece:]], dim=-1).topk(k, dim=-1).values
-
-
 def _threshold_from_candidates(logits, top_k, top_p, candidates: int) -> torch.Tensor:
     """The lowest logit [R, 1] that top-k then top-p keep, from each row's `candidates` largest logits
     (top_k ≤ candidates). Ties with the k-th value beyond the candidates count towards the mass."""
-    vals = largest(logits, candidates)
+    vals = logits.topk(candidates, dim=-1).values
     kth = vals.gather(-1, (top_k - 1).clamp(0, candidates - 1).expand(vals.shape[0], 1))
     beyond = ((logits == kth).sum(dim=-1, keepdim=True, dtype=torch.int32)  # int32: a 4-byte cast, not 8
               - (vals == kth).sum(dim=-1, keepdim=True, dtype=torch.int32))
@@ -167,9 +157,10 @@ def _threshold_from_sort(logits, top_k, top_p) -> torch.Tensor:
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, candidates: int = 0) -> torch.Tensor:
     """vLLM's top-k then top-p on [R, V] (tempered) logits: what they remove becomes -inf. One threshold per
     row, so a group of tied logits is kept or removed whole. top_k: int64 [1] in 1 … V (V keeps
-    everything); top_p: float [1] in (0, 1]; candidates: SamplingParams.candidates (0: sort the rows)."""
+    everything); top_p: float [1] in (0, 1]; candidates: SamplingParams.candidates (0: sort the rows;
+    fewer than CANDIDATE_MIN_ROWS rows sort anyway)."""
     rows = logits.reshape(-1, logits.shape[-1])
-    if candidates:
+    if candidates and rows.shape[0] >= CANDIDATE_MIN_ROWS:
         threshold = _threshold_from_candidates(rows, top_k, top_p, candidates)
     else:
         threshold = _threshold_from_sort(rows, top_k, top_p)
