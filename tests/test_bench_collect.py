@@ -63,6 +63,20 @@ def test_collect_refuses_dirty_or_mixed_revisions(tmp_path):
         collect.collect([tmp_path / "call" / "nothing"], tmp_path)
 
 
+def test_collect_files_calls_of_different_revisions_one_file_each(tmp_path):
+    """The calls of a full run may span sessions: each file's rows come from one revision."""
+    into = tmp_path / "results"
+    into.mkdir()
+    first = _run_dir(tmp_path / "call1", {"tileinfer.jsonl": [_ours("1k", p, git_rev="abc") for p in range(2)]})
+    second = _run_dir(tmp_path / "call2", {"tileinfer.jsonl": [_ours("8k", p, git_rev="def") for p in range(2)]})
+    collect.collect([first, second], into)
+    assert {r["git_rev"] for r in read_jsonl(into / "comparison_1k_h200.jsonl")} == {"abc"}
+    assert {r["git_rev"] for r in read_jsonl(into / "comparison_8k_h200.jsonl")} == {"def"}
+    third = _run_dir(tmp_path / "call3", {"tileinfer.jsonl": [_ours("1k", 2, git_rev="def")]})
+    with pytest.raises(SystemExit, match="comparison_1k_h200.jsonl: rows of several revisions: abc, def"):
+        collect.collect([first, third], into)
+
+
 def test_profile_summary_names_the_model_not_its_path(tmp_path):
     for task in ("edit", "explain"):
         (tmp_path / task).mkdir()

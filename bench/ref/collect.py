@@ -7,8 +7,9 @@ From every `*.jsonl` under the run directories: TileInfer's rows of the main mod
 rows of other models to `sizes_<gpu>.jsonl`, the other engines' rows to `peers_<gpu>.jsonl`; each with a
 markdown summary beside it (medians over processes, the 1 % agreement flagged). The speedup of each of our
 configurations over each peer goes to `peers_speedup_<gpu>.{csv,md}`. Results by feature and step
-profiles (`features_*`, `profile_*`) are copied as they are. Rows must come from one clean revision
-(`--allow-dirty` to file them anyway).
+profiles (`features_*`, `profile_*`) are copied as they are. The rows of each file must come from one clean
+revision (`--allow-dirty` to file them anyway); files may differ, so the calls of a full run can span
+sessions, and each row and speedup names its revision.
 """
 
 import argparse
@@ -76,11 +77,11 @@ def collect(run_dirs, into, main_model=MAIN_MODEL, allow_dirty=False):
     rows = [r for p in files for r in read_jsonl(p)]
     if not rows:
         raise SystemExit(f"no rows under {', '.join(map(str, run_dirs))}")
-    problems = check_revision(rows)
+    groups = group_rows(rows, main_model)
+    problems = [f"{name}: {problem}" for name, group in sorted(groups.items()) for problem in check_revision(group)]
     if problems and not allow_dirty:
         raise SystemExit("; ".join(problems) + " (--allow-dirty files them anyway)")
     written = []
-    groups = group_rows(rows, main_model)
     for name, group in sorted(groups.items()):
         path = into / name
         _write_jsonl(group, path)
