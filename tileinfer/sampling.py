@@ -27,7 +27,7 @@ _M32 = 0xFFFFFFFF
 UNIFORM_GRANULE = 1024  # rows of the uniform table grow in steps of this many (a regrowth invalidates graphs)
 TOP_K_CANDIDATES = 1024  # a top-k up to this reads each row's largest logits instead of sorting the row
 CANDIDATE_MIN_ROWS = 11  # fewer rows sort: CUDA's topk sorts up to 10 rows of 100,000+ itself, and a
-                         # plain step's top-k of 1,024 by pieces cost more than the sort (sampling_cost_h200.csv)
+                         # plain step's row cut into pieces for topk cost more than its sort on the H200
 
 
 @dataclass(frozen=True, slots=True)
