@@ -94,8 +94,8 @@ def _plan(engine, n, new_tokens, block, **sampling_flags):
     drafter), greedy or with `MemoryModel.sampling`'s flags."""
     import dataclasses
     from tileinfer.memory import MemoryModel
-    model = MemoryModel.from_engine(engine).sampling(**sampling_flags) if sampling_flags else MemoryModel.from_engine(engine)
-    acts = model.activations
+    model = MemoryModel.from_engine(engine)
+    acts = (model.sampling(**sampling_flags) if sampling_flags else model).activations
     if block == 1 and engine.block_max > 1:
         acts = dataclasses.replace(acts, block_size=1, drafter=None, num_taps=0)
     return acts.step_bytes(n + new_tokens)

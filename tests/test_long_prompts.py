@@ -234,6 +234,20 @@ def test_plan_matches_measured_on_fused_layers(pair, monkeypatch):
     within_margin(plain.memory_plan(45, 4).step_activation_bytes, max(peaks), "fused one-token step")
 
 
+def sampling_step(engine, block, prompt_len, new_tokens, top_k, top_p):
+    """(the plan's step bytes, the measured peak of one eager step's phases) of a T=1 request with top_k /
+    top_p, after `generate` has run it once."""
+    vocab = engine.config.vocab_size
+    params = sampling.SamplingParams(1.0, top_k, top_p)
+    flags = dict(sample=True, filtered=params.filtered(vocab), candidates=params.candidates(vocab))
+    engine.generate(prompt(prompt_len), new_tokens, stop_ids=[], block_size=block, temperature=1.0, top_k=top_k,
+                    top_p=top_p, seed=1)
+    start = int(engine.start_t.item())
+    shape = engine.step_shape(block, prompt_len + new_tokens, None, False, **flags)
+    peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1] for _, fn in engine._phases(shape, start)]
+    return engine.memory_plan(prompt_len, new_tokens, **flags).step_activation_bytes, max(peaks)
+
+
 @pytest.mark.parametrize("top_k, top_p", [(None, None), (50, None), (50, 0.9), (None, 0.9)])
 def test_plan_covers_a_sampling_step(tmp_path, top_k, top_p):
     """A sampling step keeps the verify's logits and its fp32 log-probabilities; top-k / top-p find one
@@ -243,33 +257,18 @@ def test_plan_covers_a_sampling_step(tmp_path, top_k, top_p):
     draft = write_dflash_drafter(tmp_path / "drafter", target, num_layers=2, block_size=16, seed=1,
                                  dtype=torch.float32, std=0.08, target_layer_ids=[1, 2])
     engine = tileinfer.load(target, draft=draft, weights="bf16")
-    ids = prompt(200)
-    params = sampling.SamplingParams(1.0, top_k, top_p)
-    filtered, candidates = params.filtered(8192), params.candidates(8192)
-    assert candidates == (1024 if top_k else 0)
-    engine.generate(ids, 30, stop_ids=[], temperature=1.0, top_k=top_k, top_p=top_p, seed=1)
-    start = int(engine.start_t.item())
-    shape = engine.step_shape(16, 230, None, False, sample=True, filtered=filtered, candidates=candidates)
-    peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1] for _, fn in engine._phases(shape, start)]
-    plan = engine.memory_plan(200, 30, sample=True, filtered=filtered, candidates=candidates)
-    within_margin(plan.step_activation_bytes, max(peaks), f"sampling step, top_k {top_k}, top_p {top_p}")
-    assert plan.step_activation_bytes > engine.memory_plan(200, 30).step_activation_bytes
+    assert sampling.SamplingParams(1.0, top_k, top_p).candidates(8192) == (1024 if top_k else 0)
+    planned, measured = sampling_step(engine, 16, 200, 30, top_k, top_p)
+    within_margin(planned, measured, f"sampling step, top_k {top_k}, top_p {top_p}")
+    assert planned > engine.memory_plan(200, 30).step_activation_bytes
 
 
 @pytest.mark.parametrize("top_k, top_p", [(None, None), (40, 0.95), (None, 0.95)])
-@pytest.mark.parametrize("EXACT", [False, True])
-def test_plan_covers_a_one_token_sampling_step(tmp_path, top_k, top_p, EXACT):
+@pytest.mark.parametrize("exact", [False, True])
+def test_plan_covers_a_one_token_sampling_step(tmp_path, top_k, top_p, exact):
     """Plain decoding's single row (a top-k sorts it: fewer rows than sampling.CANDIDATE_MIN_ROWS), with
     the drawn row's float64 temporaries that weigh more than its logits."""
-    vocab = 16 * 1024 + 2000 + 11
-    target = tiny_target(tmp_path, vocab_size=vocab)
-    engine = tileinfer.load(target, weights="bf16", exact=EXACT)
-    params = sampling.SamplingParams(1.0, top_k, top_p)
-    filtered, candidates = params.filtered(vocab), params.candidates(vocab)
-    ids = prompt(60)
-    engine.generate(ids, 12, stop_ids=[], temperature=1.0, top_k=top_k, top_p=top_p, seed=1)
-    start = int(engine.start_t.item())
-    shape = engine.step_shape(1, 72, None, False, sample=True, filtered=filtered, candidates=candidates)
-    peaks = [measure_peak_bytes(torch.inference_mode()(fn), engine.device)[1] for _, fn in engine._phases(shape, start)]
-    plan = engine.memory_plan(60, 12, sample=True, filtered=filtered, candidates=candidates)
-    within_margin(plan.step_activation_bytes, max(peaks), f"one-token sampling step, top_k {top_k}, top_p {top_p}")
+    target = tiny_target(tmp_path, vocab_size=8192 + 11)
+    engine = tileinfer.load(target, weights="bf16", exact=exact)
+    planned, measured = sampling_step(engine, 1, 60, 12, top_k, top_p)
+    within_margin(planned, measured, f"one-token sampling step, top_k {top_k}, top_p {top_p}")
