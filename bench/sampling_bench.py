@@ -10,8 +10,11 @@ greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
    with replayed acceptance, on a random-weight Qwen3-4B checkpoint (bench/ref/tileinfer_spec.py's).
 3. acceptance: tokens per step and acceptance per draft position of the embedded pair on the
    benchmark prompts at T = 0, 0.6, 1.0 (tileinfer_profiling.acceptance.temperature_runs).
+4. ops: each piece of a sampling step alone (tempering, the top-k/top-p threshold by each method, the
+   log-softmax, the speculative step), on 1 and 16 rows of 151,936 random logits, replayed from CUDA
+   graphs (the logits stay in L2, as after the LM head that writes them).
 
-Writes sampling_{distribution,cost,acceptance}_<gpu>.csv. --smoke: a few samples on the tiny preset,
+Writes sampling_{distribution,cost,acceptance,ops}_<gpu>.csv. --smoke: a few samples on the tiny preset,
 to check the script on a CPU.
 """
 
@@ -114,6 +117,49 @@ def cost(preset, root, point, new_tokens, repeats):
     return rows, f"random ({preset})"
 
 
+def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95):
+    """µs per call of each piece of a sampling step, on `rows` random bf16 logit rows."""
+    from bench.gemm_bench import time_us
+    from tileinfer import sampling
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator(device=dev).manual_seed(0)
+    temperature = torch.ones(1, device=dev)
+    k = torch.full((1,), top_k, dtype=torch.int64, device=dev)
+    p, p_one = torch.full((1,), top_p, device=dev), torch.ones(1, device=dev)
+    cand = min(sampling.TOP_K_CANDIDATES, vocab - 1)
+    out = []
+    for rows in rows_list:
+        logits = (3 * torch.randn(rows, vocab, device=dev, generator=g)).to(torch.bfloat16)
+        scaled = logits / temperature
+        logp = scaled.log_softmax(dim=-1)
+        drafts = torch.randint(0, vocab, (rows - 1,), device=dev, generator=g)
+        u = torch.rand(rows, device=dev, generator=g, dtype=torch.float64)
+        pieces = {
+            "greedy argmax": lambda: logits.argmax(dim=-1),
+            "temper (bf16 -> fp32 / T)": lambda: logits / temperature,
+            "log_softmax": lambda: scaled.log_softmax(dim=-1),
+            "speculative_sample": lambda: sampling.speculative_sample(logp, drafts, u),
+            "sort": lambda: scaled.sort(dim=-1),
+            f"topk {cand} sorted": lambda: scaled.topk(cand, dim=-1),
+            f"topk {cand} unsorted": lambda: scaled.topk(cand, dim=-1, sorted=False),
+            f"topk {top_k} sorted": lambda: scaled.topk(top_k, dim=-1),
+            f"topk {cand} unsorted, then sorted": lambda: scaled.topk(cand, dim=-1, sorted=False).values.sort(dim=-1),
+            "threshold by sort (top-k, top-p)": lambda: sampling._threshold_from_sort(scaled, k, p),
+            "threshold by sort (top-p)": lambda: sampling._threshold_from_sort(scaled, k.new_full((1,), vocab), p),
+            "threshold by candidates (top-k, top-p)": lambda: sampling._threshold_from_candidates(scaled, k, p, cand),
+            "filter_logits (top-k, top-p)": lambda: sampling.filter_logits(scaled, k, p, cand),
+            "whole step T=1": lambda: sampling.speculative_sample(
+                sampling.log_probs(logits, temperature, k, p_one, False), drafts, u),
+            "whole step top-k, top-p": lambda: sampling.speculative_sample(
+                sampling.log_probs(logits, temperature, k, p, True, cand), drafts, u),
+        }
+        for name, call in pieces.items():
+            us = time_us([call])
+            out.append(dict(rows=rows, vocab=vocab, piece=name, us=us))
+            print(f"  {rows:3d} rows  {name:40s} {us:9.2f} µs", flush=True)
+    return out, "random logits (3 · N(0, 1), bf16)"
+
+
 def acceptance(points, seeds, new_tokens=None):
     engine = tileinfer.load()
     rows = []
@@ -159,6 +205,8 @@ def main(argv=None):
         tables["cost"] = cost(args.preset, args.root, args.point, 16 if args.smoke else 128, args.repeats)
     if "acceptance" in parts:
         tables["acceptance"] = acceptance(args.points.split(","), args.seeds, 8 if args.smoke else None)
+    if "ops" in parts:
+        tables["ops"] = ops(2_000 if args.smoke else 151_936)
     for part, (rows, kind) in tables.items():
         path = write_rows([r | base | {"weights_kind": kind} for r in rows],
                           out / f"sampling_{part}_{gpu_tag(env['gpu'])}.csv", last=(*base, "weights_kind"))
@@ -178,6 +226,11 @@ def summary(tables):
         print(f"\n{'step cost':34} {'sampling':26} {'step ms':>8} {'vs greedy':>9}")
         for r in tables["cost"][0]:
             print(f"{r['what'][:34]:34} {r['sampling']:26} {r['step_ms']:8.3f} {100 * r['cost_vs_greedy']:8.1f}%")
+    if "ops" in tables:
+        print(f"\n{'piece of a sampling step':40} {'1 row µs':>9} {'16 rows µs':>10}")
+        by = {(r["piece"], r["rows"]): r["us"] for r in tables["ops"][0]}
+        for piece in dict.fromkeys(r["piece"] for r in tables["ops"][0]):
+            print(f"{piece:40} {by.get((piece, 1), float('nan')):9.2f} {by.get((piece, 16), float('nan')):10.2f}")
     if "acceptance" in tables:
         print(f"\n{'tokens per step':18} " + " ".join(f"{'T=' + str(t):>7}" for t in TEMPERATURES))
         rows = tables["acceptance"][0]
