@@ -11,7 +11,7 @@ greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
 3. acceptance: tokens per step and acceptance per draft position of the embedded pair on the
    benchmark prompts at T = 0, 0.6, 1.0 (tileinfer_profiling.acceptance.temperature_runs).
 4. ops: each piece of a sampling step alone (tempering, the top-k/top-p threshold by each method, the
-   log-softmax, the speculative step), on 1 and 16 rows of 151,936 random logits, replayed from CUDA
+   log-softmax, the speculative step) and the whole step in Triton (`ops.sample.sample_block`), on 1 and 16 rows of 151,936 random logits, replayed from CUDA
    graphs (the logits stay in L2, as after the LM head that writes them).
 
 Writes sampling_{distribution,cost,acceptance,ops}_<gpu>.csv. --smoke: a few samples on the tiny preset,
@@ -121,11 +121,13 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95):
     """µs per call of each piece of a sampling step, on `rows` random bf16 logit rows."""
     from bench.gemm_bench import time_us
     from tileinfer import sampling
+    from tileinfer.ops.sample import sample_block
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=dev).manual_seed(0)
     temperature = torch.ones(1, device=dev)
     k = torch.full((1,), top_k, dtype=torch.int64, device=dev)
     p, p_one = torch.full((1,), top_p, device=dev), torch.ones(1, device=dev)
+    k_all = torch.full((1,), vocab, dtype=torch.int64, device=dev)
     cand = min(sampling.TOP_K_CANDIDATES, vocab - 1)
     out = []
     for rows in rows_list:
@@ -152,6 +154,9 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95):
                 sampling.log_probs(logits, temperature, k, p_one, False), drafts, u),
             "whole step top-k, top-p": lambda: sampling.speculative_sample(
                 sampling.log_probs(logits, temperature, k, p, True, cand), drafts, u),
+            "sample_block T=1": lambda: sample_block(logits, drafts, u, temperature, k_all, p_one, False),
+            "sample_block top-k, top-p": lambda: sample_block(logits, drafts, u, temperature, k, p, True),
+            "sample_block top-p": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True),
         }
         for name, call in pieces.items():
             us = time_us([call])

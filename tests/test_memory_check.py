@@ -19,7 +19,8 @@ def test_rows_name_the_peak_phase():
     assert set(phases) == {"drafter", "verify"}
     assert max(map(int, phases.values())) == steps["step, block 16"]["measured_bytes"] > 0
     assert all(r["planned_bytes"] > 0 and r["plan_over_measured"] > 0 for r in rows)
-    assert steps["step, block 16, T=1 top-p"]["peak_phase"] == "verify", "the filter's sort peaks in the verify"
+    if not torch.cuda.is_available():  # on a GPU the filter is a radix select of a few KB (ops.sample)
+        assert steps["step, block 16, T=1 top-p"]["peak_phase"] == "verify", "the filter's sort peaks in the verify"
     blocks = [r for r in rows if r["what"].startswith("step, block 16")]
     assert all(r["ok"] for r in blocks), [(r["what"], r["plan_over_measured"]) for r in blocks if not r["ok"]]
 

@@ -250,9 +250,9 @@ def _by_sort(monkeypatch):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_top_k_from_candidates_samples_what_the_sort_samples(wide_pair, monkeypatch, device):
     """A top-k within the candidates finds each DFlash block's thresholds among its rows' largest logits;
-    the tokens are those of the whole-row sort, seed for seed (CUDA graphs on a GPU). Plain decoding's
-    single row sorts."""
-    engine = tileinfer.load(wide_pair[0], draft=wide_pair[1], weights="fp32", device=device)
+    the tokens are those of the whole-row sort, seed for seed (CUDA graphs on a GPU, where the reference
+    ops run on the torch backend). Plain decoding's single row sorts."""
+    engine = tileinfer.load(wide_pair[0], draft=wide_pair[1], weights="fp32", device=device, backend="torch")
     assert engine.config.vocab_size > 4 * 1024
     runs = [dict(block_size=b, temperature=t, top_k=k, top_p=p, seed=s)
             for b, t, k, p, s in ((16, 1.0, 40, None, 1), (16, 1.5, 300, 0.9, 2), (16, 1.0, 7, 0.8, 3),
@@ -271,3 +271,20 @@ def test_top_k_from_candidates_samples_what_the_sort_samples(wide_pair, monkeypa
         sorted_ = [engine.generate(PROMPT, 16, stop_ids=[], **kw).tokens for kw in runs]
     assert fast == sorted_
     assert len({tuple(t) for t in fast}) == len(runs)
+
+
+@pytest.mark.gpu
+def test_fused_sampling_draws_what_the_reference_ops_draw(wide_pair):
+    """On a GPU the Triton backend samples with `ops.sample.sample_block`; on FP32 weights its tokens are
+    the reference ops' (torch backend), seed for seed, through CUDA graphs: plain and DFlash, every filter."""
+    runs = [dict(block_size=b, temperature=t, top_k=k, top_p=p, seed=s)
+            for b, t, k, p, s in ((16, 1.0, None, None, 1), (16, 1.5, 300, 0.9, 2), (16, 1.0, 7, 0.8, 3),
+                                  (16, 0.7, None, 0.95, 4), (1, 1.0, 40, 0.9, 5), (1, 1.0, None, None, 6),
+                                  (1, 0.8, None, 0.5, 7))]
+    tokens = {}
+    for backend in ("triton", "torch"):
+        engine = tileinfer.load(wide_pair[0], draft=wide_pair[1], weights="fp32", device="cuda", backend=backend)
+        tokens[backend] = [engine.generate(PROMPT, 24, stop_ids=[], **kw).tokens for kw in runs]
+        del engine
+    assert tokens["triton"] == tokens["torch"]
+    assert len({tuple(t) for t in tokens["triton"]}) == len(runs)

@@ -25,8 +25,9 @@ from math import prod
 import torch
 
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
-from tileinfer.ops.backend import fused_layer, gemv
+from tileinfer.ops.backend import fused_layer, fused_sampling, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
+from tileinfer.ops.sample import buffers as sample_buffers
 from tileinfer.sampling import CANDIDATE_MIN_ROWS
 from tileinfer.shapes import ModelShape
 
@@ -138,7 +139,8 @@ class ActivationModel:
         softmax and its cumulative sum and a mask. On CUDA a sort of rows longer than 4,096 is a radix sort
         that also holds 32 B per element (20 B for one row) and cub's scratch, under 0.5 B per element;
         shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
-        on the H200 (bench/results/memory_plan_h200.csv)."""
+        on the H200 (bench/results/memory_plan_h200.csv). On a GPU's Triton backend the step is
+        `ops.sample.sample_block`: the logits and its few small buffers."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         logits = self.b(t, n)
@@ -146,6 +148,11 @@ class ActivationModel:
         # the step's per-row scalars (thresholds, sums, accepted count, the token): an allocator block each
         logits += SAMPLING_SCALARS * self.b(t, e=8)
         drawn += SAMPLING_SCALARS * self.b(t, e=8)
+        if fused_sampling(self.backend, self.cuda):
+            scratch = sum(self.b(prod(shape), e=dtype.itemsize)
+                          for shape, dtype in sample_buffers(t, n, torch.float32 if self.elem == 4 else torch.bfloat16,
+                                                         self.filtered).values())
+            return max(self._logits_bytes(t), logits + scratch)
         if not self.filtered:
             return max(self._logits_bytes(t), logits + 2 * fp32, drawn)
         if self.candidates and t >= CANDIDATE_MIN_ROWS:

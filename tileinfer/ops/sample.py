@@ -1,0 +1,343 @@
+"""A speculative-sampling step in a few launches, each spreading every row over many programs.
+
+The reference is `tileinfer.sampling`: `log_probs` (tempering, vLLM's top-k then top-p, log-softmax) then
+`speculative_sample` with a deterministic drafter. CUDA's kernels for those run one 151,936-logit row
+on one block (a log-softmax alone takes 33 µs, a sort 51 µs, bench/results/sampling_ops_h200.csv); here
+a row is cut into chunks, one program each:
+
+1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits.
+2. top-k, then top-p: a radix select of one threshold per row on the logits' order-preserving integer
+   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts (top-k) or
+   sums the probability mass (top-p) of its chunk per digit; the next launch's programs each reduce
+   all chunks' sums in the same order, so every program picks the same digit, and chunk 0 records it.
+   A row's threshold keeps a group of tied logits whole, as the reference's does.
+3. `_finish_kernel`: per row its max, threshold and the mass kept.
+4. `_mass_kernel`: the accept test of the drafts (u_i < p(draft_i)), then the float64 mass per chunk of
+   the row the token is drawn from (the residual: the rejected draft's probability taken out).
+5. `_pick_kernel`: inverse CDF, the chunk then the token within it.
+
+Every launch reads its parameters and uniforms from device tensors (CUDA-graph safe, any temperature in
+one graph) and is deterministic. Draws equal the reference's but where u · total falls within float64
+rounding of a CDF step (the sums are taken in another order).
+"""
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from tileinfer.ops.pdl import launch_options
+
+DIGIT_BITS = 4
+DIGITS = 1 << DIGIT_BITS
+_DIGIT_BITS, _DIGITS = tl.constexpr(DIGIT_BITS), tl.constexpr(DIGITS)  # as the kernels read them
+MIN_CHUNK, MAX_CHUNK = 1024, 4096
+SUB = 512  # logits a radix pass sums per digit at a time
+PROGRAMS = 264  # two per SM of an H100/H200, shared by the rows
+
+
+def chunk_size(rows: int, vocab: int) -> int:
+    """Logits per program: enough programs to fill the GPU whatever the rows, within [MIN_CHUNK, MAX_CHUNK]."""
+    per_row = max(1, PROGRAMS // max(rows, 1))
+    return max(MIN_CHUNK, min(MAX_CHUNK, triton.next_power_of_2(triton.cdiv(vocab, per_row))))
+
+
+@triton.jit
+def _keys(x, KEY_BITS: tl.constexpr):
+    """Order-preserving integer keys of float logits (int64 in [0, 2**KEY_BITS)); -0.0 is +0.0."""
+    if KEY_BITS == 16:
+        b = x.to(tl.int16, bitcast=True).to(tl.int32)
+        b = tl.where(x == 0, 0, b)
+        k = (b ^ ((b >> 15) & 0x7FFF)).to(tl.int64) + 32768
+    else:
+        b = x.to(tl.int32, bitcast=True)
+        b = tl.where(x == 0, 0, b)
+        k = (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.int64) + 2147483648
+    return k
+
+
+@triton.jit
+def _row_max_sum(stats_ptr, row, P, P_BLOCK: tl.constexpr):
+    """A row's max and sum of exp(x - max) from its chunks' (max, sum) pairs, in chunk order."""
+    c = tl.arange(0, P_BLOCK)
+    cm = tl.load(stats_ptr + (row * P + c) * 2, mask=c < P, other=-float("inf"))
+    cs = tl.load(stats_ptr + (row * P + c) * 2 + 1, mask=c < P, other=0.0)
+    m = tl.max(cm, axis=0)
+    return m, tl.sum(tl.where(c < P, cs * tl.exp(cm - m), 0.0), axis=0)
+
+
+@triton.jit
+def _digit_sums(part_ptr, row, P, P_BLOCK: tl.constexpr):
+    """A row's per-digit counts and masses [DIGITS] over its chunks, summed in chunk order."""
+    c = tl.arange(0, P_BLOCK)[:, None]
+    d = tl.arange(0, 16)[None, :]
+    base = (row * P + c) * 32
+    counts = tl.load(part_ptr + base + d, mask=c < P, other=0.0)
+    mass = tl.load(part_ptr + base + 16 + d, mask=c < P, other=0.0)
+    return tl.sum(counts, axis=0), tl.sum(mass, axis=0)
+
+
+@triton.jit
+def _select(state_ptr, part_ptr, row, n_rows, P, j, top_k, p_mass,
+            TOP_P: tl.constexpr, KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr):
+    """The range after pass j, (lo, above_count, above_mass, inclusive_mass), from pass j's state and its
+    chunks' digit sums. Top-k keeps the digit holding the k-th largest key; top-p the lowest digit
+    holding a key whose strictly larger keys weigh less than p_mass."""
+    s = state_ptr + (j * n_rows + row) * 4
+    lo = tl.load(s).to(tl.int64)
+    above_count = tl.load(s + 1)
+    above_mass = tl.load(s + 2)
+    counts, mass = _digit_sums(part_ptr + j * n_rows * P * 32, row, P, P_BLOCK)
+    d = tl.arange(0, 16)
+    later = d[None, :] > d[:, None]                       # [digit, other digit]: the other is larger
+    mass_after = tl.sum(tl.where(later, mass[None, :], 0.0), axis=1).to(tl.float64)
+    count_after = tl.sum(tl.where(later, counts[None, :], 0.0), axis=1).to(tl.float64)
+    if TOP_P:
+        ok = (counts > 0) & (above_mass + mass_after < p_mass)
+        pick = tl.min(tl.where(ok, d, 16), axis=0)
+    else:
+        ok = above_count + count_after + counts.to(tl.float64) >= top_k.to(tl.float64)
+        pick = tl.max(tl.where(ok, d, -1), axis=0)
+    chosen = d == pick
+    new_above_mass = above_mass + tl.sum(tl.where(chosen, mass_after, 0.0), axis=0)
+    return (lo + (pick.to(tl.int64) << (KEY_BITS - _DIGIT_BITS * (j + 1))),
+            above_count + tl.sum(tl.where(chosen, count_after, 0.0), axis=0),
+            new_above_mass,
+            new_above_mass + tl.sum(tl.where(chosen, mass, 0.0), axis=0).to(tl.float64))
+
+
+@triton.jit
+def _topk_result(state_ptr, part_ptr, stats_ptr, row, n_rows, P, top_k, V,
+                 KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr):
+    """(row max, k-th largest key, mass of the keys at or above it): the lowest key and the whole mass
+    without a top-k."""
+    m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+    kth = tl.zeros((), tl.int64)
+    kept = z.to(tl.float64)
+    if top_k < V:
+        kth, _c, _a, kept = _select(state_ptr, part_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k, 0.0,
+                                    False, KEY_BITS, P_BLOCK)
+    return m, kth, kept
+
+
+@triton.jit
+def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    row, c = tl.program_id(0), tl.program_id(1)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
+    xf = x.to(tl.float32) / tl.load(t_ptr)
+    cm = tl.max(xf, axis=0)
+    tl.store(stats_ptr + (row * P + c) * 2, cm)
+    tl.store(stats_ptr + (row * P + c) * 2 + 1, tl.sum(tl.exp(xf - cm), axis=0))
+
+
+@triton.jit
+def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_ptr, part_ptr, kstate_ptr, kpart_ptr,
+                       V, P, n_rows, J, TOP_P: tl.constexpr, KEY_BITS: tl.constexpr,
+                       CHUNK: tl.constexpr, SUB: tl.constexpr, P_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Pass J of a row's top-k (counts) or top-p (masses) search over one chunk: sums per digit of the
+    keys in the range the passes before chose. kstate/kpart: the top-k search's buffers, which top-p reads."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    row, c = tl.program_id(0), tl.program_id(1)
+    top_k = tl.load(k_ptr)
+    top_p = tl.load(p_ptr)
+    if TOP_P:
+        active = top_p < 1
+    else:
+        active = top_k < V
+    if active:
+        if TOP_P:
+            m, kth, kept = _topk_result(kstate_ptr, kpart_ptr, stats_ptr, row, n_rows, P, top_k, V,
+                                        KEY_BITS, P_BLOCK)
+            p_mass = top_p.to(tl.float64) * kept
+        else:
+            m, _z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+            kth = tl.zeros((), tl.int64)
+            p_mass = tl.zeros((), tl.float64)
+        lo = tl.zeros((), tl.int64)
+        above_count = tl.zeros((), tl.float64)
+        above_mass = tl.zeros((), tl.float64)
+        if J > 0:
+            lo, above_count, above_mass, _i = _select(state_ptr, part_ptr, row, n_rows, P, J - 1, top_k, p_mass,
+                                                      TOP_P, KEY_BITS, P_BLOCK)
+        if c == 0:
+            s = state_ptr + (J * n_rows + row) * 4
+            tl.store(s, lo.to(tl.float64))
+            tl.store(s + 1, above_count)
+            tl.store(s + 2, above_mass)
+        width = KEY_BITS - _DIGIT_BITS * J
+        t = tl.load(t_ptr)
+        d = tl.arange(0, 16)
+        counts = tl.zeros((16,), tl.float32)
+        mass = tl.zeros((16,), tl.float32)
+        for start in tl.range(0, CHUNK, SUB):
+            offs = c * CHUNK + start + tl.arange(0, SUB)
+            x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
+            key = _keys(x, KEY_BITS)
+            inside = (offs < V) & (key >= kth) & ((key >> width) == (lo >> width))
+            digit = (key >> (width - _DIGIT_BITS)) & (_DIGITS - 1)
+            w = tl.where(inside, tl.exp(x.to(tl.float32) / t - m), 0.0)
+            for dd in tl.static_range(16):
+                hit = inside & (digit == dd)
+                counts += tl.where(d == dd, tl.sum(tl.where(hit, 1.0, 0.0), axis=0), 0.0)
+                mass += tl.where(d == dd, tl.sum(tl.where(hit, w, 0.0), axis=0), 0.0)
+        base = part_ptr + ((J * n_rows + row) * P + c) * 32
+        tl.store(base + d, counts)
+        tl.store(base + 16 + d, mass)
+
+
+@triton.jit
+def _finish_kernel(t_ptr, k_ptr, p_ptr, stats_ptr, kstate_ptr, kpart_ptr, pstate_ptr, ppart_ptr, final_ptr,
+                   V, P, n_rows, FILTERED: tl.constexpr, KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr,
+                   PDL: tl.constexpr):
+    """Per row: (max, threshold key, kept mass) of the filtered distribution."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    row = tl.program_id(0)
+    if FILTERED:
+        top_k = tl.load(k_ptr)
+        top_p = tl.load(p_ptr)
+        m, t, kept = _topk_result(kstate_ptr, kpart_ptr, stats_ptr, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
+        if top_p < 1:
+            t, _c, _a, kept = _select(pstate_ptr, ppart_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k,
+                                      top_p.to(tl.float64) * kept, True, KEY_BITS, P_BLOCK)
+    else:
+        m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+        t = tl.zeros((), tl.int64)
+        kept = z.to(tl.float64)
+    tl.store(final_ptr + row * 4, m.to(tl.float64))
+    tl.store(final_ptr + row * 4 + 1, t.to(tl.float64))
+    tl.store(final_ptr + row * 4 + 2, kept)
+
+
+@triton.jit
+def _accepted(x_ptr, stride_x, t_ptr, drafts_ptr, u_ptr, final_ptr, n_rows,
+              KEY_BITS: tl.constexpr, N_BLOCK: tl.constexpr):
+    """Drafts accepted in a row: draft i (tested on row i - 1) while u[i] < p(draft i)."""
+    i = tl.arange(0, N_BLOCK)
+    valid = i < n_rows - 1
+    tok = tl.load(drafts_ptr + i, mask=valid, other=0)
+    x = tl.load(x_ptr + i.to(tl.int64) * stride_x + tok, mask=valid, other=0.0)
+    m = tl.load(final_ptr + i * 4, mask=valid, other=0.0)
+    t = tl.load(final_ptr + i * 4 + 1, mask=valid, other=0.0).to(tl.int64)
+    kept = tl.load(final_ptr + i * 4 + 2, mask=valid, other=1.0)
+    xf = x.to(tl.float32) / tl.load(t_ptr)
+    p = tl.where(_keys(x, KEY_BITS) >= t, tl.exp(xf - m.to(tl.float32)).to(tl.float64) / kept, 0.0)
+    ok = tl.load(u_ptr + 1 + i, mask=valid, other=1.0) < p
+    return tl.min(tl.where(valid & ~ok, i, n_rows - 1), axis=0)
+
+
+@triton.jit
+def _weights(x_ptr, stride_x, t_ptr, drafts_ptr, final_ptr, row, offs, n_rows, V, KEY_BITS: tl.constexpr):
+    """float64 weights exp(x - max) of row `row`'s kept logits at offs; a rejected draft's is zero."""
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=0.0)
+    xf = x.to(tl.float32) / tl.load(t_ptr)
+    m = tl.load(final_ptr + row * 4).to(tl.float32)
+    t = tl.load(final_ptr + row * 4 + 1).to(tl.int64)
+    w = tl.where((offs < V) & (_keys(x, KEY_BITS) >= t), tl.exp(xf - m), 0.0).to(tl.float64)
+    rejected = tl.load(drafts_ptr + row, mask=row < n_rows - 1, other=-1)
+    return tl.where(offs == rejected, 0.0, w)
+
+
+@triton.jit
+def _mass_kernel(x_ptr, stride_x, t_ptr, drafts_ptr, u_ptr, final_ptr, chunk_mass_ptr, accepted_ptr, V, n_rows,
+                 KEY_BITS: tl.constexpr, CHUNK: tl.constexpr, N_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """The accept test, then this chunk's float64 mass of the row the token is drawn from."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    c = tl.program_id(0)
+    a = _accepted(x_ptr, stride_x, t_ptr, drafts_ptr, u_ptr, final_ptr, n_rows, KEY_BITS, N_BLOCK)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    w = _weights(x_ptr, stride_x, t_ptr, drafts_ptr, final_ptr, a, offs, n_rows, V, KEY_BITS)
+    tl.store(chunk_mass_ptr + c, tl.sum(w, axis=0))
+    if c == 0:
+        tl.store(accepted_ptr, a.to(tl.int64))
+
+
+@triton.jit
+def _pick_kernel(x_ptr, stride_x, t_ptr, drafts_ptr, u_ptr, final_ptr, chunk_mass_ptr, accepted_ptr, tokens_ptr,
+                 V, P, n_rows, KEY_BITS: tl.constexpr, CHUNK: tl.constexpr, P_BLOCK: tl.constexpr,
+                 N_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Inverse CDF with u[0]: the chunk whose running mass passes u * total, then the token inside it."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    a = tl.load(accepted_ptr).to(tl.int32)
+    c = tl.arange(0, P_BLOCK)
+    cm = tl.load(chunk_mass_ptr + c, mask=c < P, other=0.0)
+    target = tl.load(u_ptr) * tl.sum(cm, axis=0)
+    running = tl.cumsum(cm, axis=0)
+    chunk = tl.minimum(tl.sum(tl.where((c < P) & (running <= target), 1, 0), axis=0),
+                       tl.max(tl.where(cm > 0, c, 0), axis=0))
+    base = tl.sum(tl.where(c == chunk, running - cm, 0.0), axis=0)
+    j = tl.arange(0, CHUNK)
+    w = _weights(x_ptr, stride_x, t_ptr, drafts_ptr, final_ptr, a, chunk * CHUNK + j, n_rows, V, KEY_BITS)
+    cdf = base + tl.cumsum(w, axis=0)
+    idx = tl.minimum(tl.sum(tl.where(cdf <= target, 1, 0), axis=0), tl.max(tl.where(w > 0, j, 0), axis=0))
+    token = (chunk * CHUNK + idx).to(tl.int64)
+    i = tl.arange(0, N_BLOCK)
+    drafts = tl.load(drafts_ptr + i, mask=i < n_rows - 1, other=0)
+    tl.store(tokens_ptr + i, tl.where(i == a, token, drafts), mask=i < n_rows)
+
+
+def buffers(rows: int, vocab: int, dtype: torch.dtype, filtered: bool) -> dict:
+    """name -> (shape, dtype) of what `sample_block` allocates (the memory plan counts them)."""
+    P = triton.cdiv(vocab, chunk_size(rows, vocab))
+    out = {"stats": ((rows, P, 2), torch.float32), "final": ((rows, 4), torch.float64),
+           "chunk_mass": ((P,), torch.float64), "accepted": ((1,), torch.int64), "tokens": ((rows,), torch.int64)}
+    if filtered:
+        passes = (32 if dtype == torch.float32 else 16) // DIGIT_BITS
+        out |= {"state": ((2, passes, rows, 4), torch.float64), "part": ((2, passes, rows, P, 32), torch.float32)}
+    return out
+
+
+def sample_block(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
+                 top_k: torch.Tensor, top_p: torch.Tensor, filtered: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sampling.speculative_sample(sampling.log_probs(logits, ...), drafts, u)` for a deterministic drafter.
+
+    logits: [n, V] bf16, fp16 or fp32 (rows may be strided); drafts: [n - 1] int64; u: [>= n] float64 uniforms;
+    temperature / top_p: float32 [1]; top_k: int64 [1]; filtered: whether top-k / top-p may remove
+    anything (else their launches are left out). Returns (accepted [1] int64, tokens [n] int64)."""
+    assert logits.dim() == 2 and logits.stride(-1) == 1, "logits must be [n, V] with contiguous rows"
+    assert logits.dtype in (torch.bfloat16, torch.float16, torch.float32), f"logits of {logits.dtype} are not sampled here"
+    n, vocab = logits.shape
+    assert drafts.shape == (n - 1,) and u.dtype == torch.float64 and u.numel() >= n
+    dev = logits.device
+    key_bits = 32 if logits.dtype == torch.float32 else 16
+    chunk = chunk_size(n, vocab)
+    P = triton.cdiv(vocab, chunk)
+    p_block = max(16, triton.next_power_of_2(P))
+    n_block = max(16, triton.next_power_of_2(n))
+    passes = key_bits // DIGIT_BITS
+    pdl = launch_options(dev)
+    drafts = drafts.contiguous()
+    u = u.contiguous()
+    buf = {name: torch.empty(shape, dtype=dtype, device=dev)
+           for name, (shape, dtype) in buffers(n, vocab, logits.dtype, filtered).items()}
+    stats, final, chunk_mass, accepted, tokens = (buf[k] for k in ("stats", "final", "chunk_mass", "accepted", "tokens"))
+    args = (logits, logits.stride(0), temperature)
+    _stats_kernel[(n, P)](*args, stats, vocab, P, CHUNK=chunk, num_warps=4, **pdl)
+    if filtered:
+        state, part = buf["state"], buf["part"]
+        for search in (0, 1):
+            for j in range(passes):
+                _radix_pass_kernel[(n, P)](*args, top_k, top_p, stats, state[search], part[search], state[0], part[0],
+                                           vocab, P, n, j, TOP_P=bool(search), KEY_BITS=key_bits, CHUNK=chunk,
+                                           SUB=min(chunk, SUB), P_BLOCK=p_block, num_warps=4, **pdl)
+        kstate, kpart, pstate, ppart = state[0], part[0], state[1], part[1]
+    else:
+        kstate = kpart = pstate = ppart = stats
+    _finish_kernel[(n,)](temperature, top_k, top_p, stats, kstate, kpart, pstate, ppart, final, vocab, P, n,
+                         FILTERED=filtered, KEY_BITS=key_bits, P_BLOCK=p_block, num_warps=4, **pdl)
+    _mass_kernel[(P,)](*args, drafts, u, final, chunk_mass, accepted, vocab, n, KEY_BITS=key_bits, CHUNK=chunk,
+                       N_BLOCK=n_block, num_warps=4, **pdl)
+    _pick_kernel[(1,)](*args, drafts, u, final, chunk_mass, accepted, tokens, vocab, P, n, KEY_BITS=key_bits,
+                       CHUNK=chunk, P_BLOCK=p_block, N_BLOCK=n_block, num_warps=8, **pdl)
+    return accepted, tokens
