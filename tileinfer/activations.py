@@ -28,7 +28,7 @@ from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_gr
 from tileinfer.ops.backend import fused_layer, fused_sampling, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
 from tileinfer.ops.sample import buffers as sample_buffers
-from tileinfer.sampling import CANDIDATE_MIN_ROWS
+from tileinfer.sampling import reads_candidates
 from tileinfer.shapes import ModelShape
 
 CUDA_ALLOCATION_BYTES = 512  # the CUDA caching allocator's rounding of every block
@@ -140,7 +140,9 @@ class ActivationModel:
         that also holds 32 B per element (20 B for one row) and cub's scratch, under 0.5 B per element;
         shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
         on the H200 (bench/results/memory_plan_h200.csv). On a GPU's Triton backend the step is
-        `ops.sample.sample_block`: the logits and its few small buffers."""
+        `ops.sample.sample_block` (but where a block reads candidates): the logits and its few small buffers
+        (the step's scalars among them: with the reference path's 16 on top the plan held 8,704 B more than the H200
+        measured at 9cac3ef)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         logits = self.b(t, n)
@@ -148,14 +150,14 @@ class ActivationModel:
         # the step's per-row scalars (thresholds, sums, accepted count, the token): an allocator block each
         logits += SAMPLING_SCALARS * self.b(t, e=8)
         drawn += SAMPLING_SCALARS * self.b(t, e=8)
-        if fused_sampling(self.backend, self.cuda):
+        if fused_sampling(self.backend, self.cuda) and not reads_candidates(t, self.candidates):
             scratch = sum(self.b(prod(shape), e=dtype.itemsize)
                           for shape, dtype in sample_buffers(t, n, torch.float32 if self.elem == 4 else torch.bfloat16,
                                                          self.filtered).values())
-            return max(self._logits_bytes(t), logits + scratch)
+            return max(self._logits_bytes(t), self.b(t, n) + scratch)
         if not self.filtered:
             return max(self._logits_bytes(t), logits + 2 * fp32, drawn)
-        if self.candidates and t >= CANDIDATE_MIN_ROWS:
+        if reads_candidates(t, self.candidates):
             return max(self._logits_bytes(t), logits + self._candidate_bytes(t), drawn)
         after_sort = logits + 4 * fp32 + self.b(t, n, e=1)
         if not self.cuda or n <= 4096:

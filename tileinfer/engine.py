@@ -161,7 +161,7 @@ class Engine:
     def _sample(self, logits, drafts, filtered: bool, candidates: int = 0):
         """Speculative sampling of a block (a single token without drafts): (accepted [1], tokens [size])."""
         s = self.sampler
-        if fused_sampling(self.backend, logits.is_cuda):
+        if fused_sampling(self.backend, logits.is_cuda) and not sampling.reads_candidates(len(logits), candidates):
             return sample_block(logits, drafts, s.next_uniforms(), s.temperature, s.top_k, s.top_p, filtered)
         logp = sampling.log_probs(logits, s.temperature, s.top_k, s.top_p, filtered, candidates)
         return sampling.speculative_sample(logp, drafts, s.next_uniforms())

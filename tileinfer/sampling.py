@@ -158,13 +158,20 @@ def _threshold_from_sort(logits, top_k, top_p) -> torch.Tensor:
     return ascending.gather(-1, first)
 
 
+def reads_candidates(rows: int, candidates: int) -> bool:
+    """Whether top-k / top-p on `rows` rows read each row's largest logits (else the rows are sorted, or on
+    a GPU's Triton backend radix-selected by `ops.sample`, which a DFlash block's candidates beat: 175 µs
+    against 456 µs for 16 rows, bench/results/sampling_ops_h200.csv)."""
+    return bool(candidates) and rows >= CANDIDATE_MIN_ROWS
+
+
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, candidates: int = 0) -> torch.Tensor:
     """vLLM's top-k then top-p on [R, V] (tempered) logits: what they remove becomes -inf. One threshold per
     row, so a group of tied logits is kept or removed whole. top_k: int64 [1] in 1 … V (V keeps
     everything); top_p: float [1] in (0, 1]; candidates: SamplingParams.candidates (0: sort the rows;
     fewer than CANDIDATE_MIN_ROWS rows sort anyway)."""
     rows = logits.reshape(-1, logits.shape[-1])
-    if candidates and rows.shape[0] >= CANDIDATE_MIN_ROWS:
+    if reads_candidates(rows.shape[0], candidates):
         threshold = _threshold_from_candidates(rows, top_k, top_p, candidates)
     else:
         threshold = _threshold_from_sort(rows, top_k, top_p)
