@@ -36,10 +36,11 @@ def tensors(temperature, top_k, top_p, vocab, device):
             torch.tensor([top_p or 1.0], device=device))
 
 
-def ours(logits, drafts, u, temperature, top_k, top_p):
+def ours(logits, drafts, u, temperature, top_k, top_p, tile_sums=False):
     vocab = logits.shape[-1]
     filtered = sampling.SamplingParams(temperature, top_k, top_p).filtered(vocab)
-    return sample_block(logits, drafts, u, *tensors(temperature, top_k, top_p, vocab, logits.device), filtered)
+    return sample_block(logits, drafts, u, *tensors(temperature, top_k, top_p, vocab, logits.device), filtered,
+                        tile_sums=tile_sums)
 
 
 def block(n, vocab, dtype, gen, scale=3.0, ties=False):
@@ -58,24 +59,26 @@ def same(a, b):
     return torch.equal(ra, oa) and torch.equal(rt[: int(ra) + 1], ot[: int(ra) + 1])
 
 
+@pytest.mark.parametrize("tile_sums", [False, True])
 @pytest.mark.parametrize("dtype, n, vocab, filters, temperature", CASES)
-def test_sample_block_matches_the_reference(dtype, n, vocab, filters, temperature):
+def test_sample_block_matches_the_reference(dtype, n, vocab, filters, temperature, tile_sums):
     gen = torch.Generator().manual_seed(n * 1000 + vocab)
     logits, drafts = block(n, vocab, dtype, gen)
     for _ in range(3 if GPU else 1):
         u = torch.rand(n, generator=gen, dtype=torch.float64).to(DEV)
         args = (logits, drafts, u, temperature, *filters)
-        assert same(reference(*args), ours(*args)), (dtype, n, vocab, filters, temperature, u.tolist())
+        assert same(reference(*args), ours(*args, tile_sums)), (dtype, n, vocab, filters, temperature, u.tolist())
 
 
+@pytest.mark.parametrize("tile_sums", [False, True])
 @pytest.mark.parametrize("filters", [(3, None), (None, 0.5), (40, 0.8)] if GPU else [(None, 0.5)])
-def test_tied_logits_are_kept_or_removed_together(filters):
+def test_tied_logits_are_kept_or_removed_together(filters, tile_sums):
     gen = torch.Generator().manual_seed(7)
     logits, drafts = block(4, 999, torch.bfloat16, gen, ties=True)
     for _ in range(8 if GPU else 2):
         u = torch.rand(4, generator=gen, dtype=torch.float64).to(DEV)
         args = (logits, drafts, u, 1.0, *filters)
-        assert same(reference(*args), ours(*args)), (filters, u.tolist())
+        assert same(reference(*args), ours(*args, tile_sums)), (filters, u.tolist())
 
 
 @pytest.mark.skipif(not GPU, reason="hundreds of draws: a GPU's")

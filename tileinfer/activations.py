@@ -140,9 +140,9 @@ class ActivationModel:
         that also holds 32 B per element (20 B for one row) and cub's scratch, under 0.5 B per element;
         shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
         on the H200 (bench/results/memory_plan_h200.csv). On a GPU's Triton backend the step is
-        `ops.sample.sample_block` (but where a block reads candidates): the logits and its few small buffers
-        (the step's scalars among them: with the reference path's 16 on top the plan held 8,704 B more than the H200
-        measured at 9cac3ef)."""
+        `ops.sample.sample_block` (but where a block reads candidates): the logits and its few small
+        buffers, the step's scalars among them (with the reference path's 16 on top, the plan held 8,704 B
+        more than the H200 measured at 9cac3ef)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         logits = self.b(t, n)

@@ -50,6 +50,7 @@ PIPES = {
 }
 CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
 STEP_KV = " + q/k norm, RoPE, KV write"  # decode steps with TILEINFER_STEP_KV=1
+SAMPLING = ("", " top-k/p", " top-k/p tile sums")  # a sampling step: T > 0 alone, filtered, filtered with tile sums
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -97,6 +98,7 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case(f"decode attention{STEP_KV}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case(f"drafter attention{STEP_KV}", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
+    out += [Case(f"sample_block{how}", f"{t}x{s.vocab}", t) for how in SAMPLING for t in (1, 16)]
     return out
 
 
@@ -370,6 +372,13 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         rope.qk_norm_rope(q.view(t, heads, hd), k.view(t, kv, hd), torch.empty(hd, dtype=bf16),
                           torch.empty(hd, dtype=bf16), cos_sin, torch.zeros(t, dtype=torch.int32), 1e-6,
                           v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
+        return ""
+    if case.op.startswith("sample_block"):  # a sampling step's launches (ops.sample), BF16 logits
+        from tileinfer.ops import sample
+        vocab = int(case.shape.split("x")[1])
+        sample.sample_block(torch.empty(t, vocab, dtype=bf16), torch.zeros(t - 1, dtype=torch.int64),
+                            torch.zeros(t, dtype=torch.float64), torch.ones(1), torch.ones(1, dtype=torch.int64),
+                            torch.ones(1), filtered=case.op != "sample_block", tile_sums=case.op.endswith("tile sums"))
         return ""
     if case.op == "silu_mul":
         swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16))
