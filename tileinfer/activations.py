@@ -141,8 +141,9 @@ class ActivationModel:
         shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
         on the H200 (bench/results/memory_plan_h200.csv). On a GPU's Triton backend the step is
         `ops.sample.sample_block` (but where a block reads candidates): the logits and its few small
-        buffers, the step's scalars among them (with the reference path's 16 on top, the plan held 8,704 B
-        more than the H200 measured at 9cac3ef)."""
+        buffers, the step's scalars among them, and the step's row of uniforms (with the reference path's 16
+        scalars on top instead, the plan of a one-token step held 8,704 B more than the H200 measured at
+        9cac3ef)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         logits = self.b(t, n)
@@ -154,7 +155,8 @@ class ActivationModel:
             scratch = sum(self.b(prod(shape), e=dtype.itemsize)
                           for shape, dtype in sample_buffers(t, n, torch.float32 if self.elem == 4 else torch.bfloat16,
                                                          self.filtered).values())
-            return max(self._logits_bytes(t), self.b(t, n) + scratch)
+            uniforms = self.b(self.block_size, e=8)  # the step's row of the uniform table
+            return max(self._logits_bytes(t), self.b(t, n) + scratch + uniforms)
         if not self.filtered:
             return max(self._logits_bytes(t), logits + 2 * fp32, drawn)
         if reads_candidates(t, self.candidates):
