@@ -11,8 +11,9 @@ greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
 3. acceptance: tokens per step and acceptance per draft position of the embedded pair on the
    benchmark prompts at T = 0, 0.6, 1.0 (tileinfer_profiling.acceptance.temperature_runs).
 4. ops: each piece of a sampling step alone (tempering, the top-k/top-p threshold by each method, the
-   log-softmax, the speculative step) and the whole step in Triton (`ops.sample.sample_block`), on 1 and 16 rows of 151,936 random logits, replayed from CUDA
-   graphs (the logits stay in L2, as after the LM head that writes them).
+   log-softmax, the speculative step) and the whole step in Triton (`ops.sample.sample_block`), on 1
+   and 16 rows of 151,936 random logits, replayed from CUDA graphs (the logits stay in L2, as after the
+   LM head that writes them).
 
 Writes sampling_{distribution,cost,acceptance,ops}_<gpu>.csv. --smoke: a few samples on the tiny preset,
 to check the script on a CPU.

@@ -25,10 +25,10 @@ from math import prod
 import torch
 
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
-from tileinfer.ops.backend import fused_layer, fused_sampling, gemv
+from tileinfer.ops.backend import fused_layer, gemv
 from tileinfer.ops.linear import SKINNY_MAX_M
 from tileinfer.ops.sample import buffers as sample_buffers
-from tileinfer.sampling import reads_candidates
+from tileinfer.sampling import fused_step, reads_candidates
 from tileinfer.shapes import ModelShape
 
 CUDA_ALLOCATION_BYTES = 512  # the CUDA caching allocator's rounding of every block
@@ -151,7 +151,7 @@ class ActivationModel:
         # the step's per-row scalars (thresholds, sums, accepted count, the token): an allocator block each
         logits += SAMPLING_SCALARS * self.b(t, e=8)
         drawn += SAMPLING_SCALARS * self.b(t, e=8)
-        if fused_sampling(self.backend, self.cuda) and not reads_candidates(t, self.candidates):
+        if fused_step(self.backend, self.cuda, t, self.candidates):
             scratch = sum(self.b(prod(shape), e=dtype.itemsize)
                           for shape, dtype in sample_buffers(t, n, torch.float32 if self.elem == 4 else torch.bfloat16,
                                                          self.filtered).values())

@@ -21,7 +21,7 @@ from tileinfer.models.qwen3 import Qwen3ForCausalLM
 from tileinfer.accept_profile import accept_schedule
 from tileinfer.ops.attention import (default_num_splits, exact_block_m, exact_grid_splits, exact_num_splits,
                                      exact_split_size, max_num_splits)
-from tileinfer.ops.backend import AttentionContext, fused_sampling
+from tileinfer.ops.backend import AttentionContext
 from tileinfer.ops.sample import sample_block
 from tileinfer.stats import Generation, GenerationStats
 
@@ -161,7 +161,7 @@ class Engine:
     def _sample(self, logits, drafts, filtered: bool, candidates: int = 0):
         """Speculative sampling of a block (a single token without drafts): (accepted [1], tokens [size])."""
         s = self.sampler
-        if fused_sampling(self.backend, logits.is_cuda) and not sampling.reads_candidates(len(logits), candidates):
+        if sampling.fused_step(self.backend, logits.is_cuda, len(logits), candidates):
             return sample_block(logits, drafts, s.next_uniforms(), s.temperature, s.top_k, s.top_p, filtered)
         logp = sampling.log_probs(logits, s.temperature, s.top_k, s.top_p, filtered, candidates)
         return sampling.speculative_sample(logp, drafts, s.next_uniforms())

@@ -165,6 +165,13 @@ def reads_candidates(rows: int, candidates: int) -> bool:
     return bool(candidates) and rows >= CANDIDATE_MIN_ROWS
 
 
+def fused_step(backend: str, cuda: bool, rows: int, candidates: int) -> bool:
+    """Whether a sampling step of `rows` rows runs `tileinfer.ops.sample.sample_block` rather than the
+    functions here: on the Triton backend on a GPU (the interpreter would take seconds a step), but where
+    its top-k reads candidates."""
+    return backend == "triton" and cuda and not reads_candidates(rows, candidates)
+
+
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, candidates: int = 0) -> torch.Tensor:
     """vLLM's top-k then top-p on [R, V] (tempered) logits: what they remove becomes -inf. One threshold per
     row, so a group of tied logits is kept or removed whole. top_k: int64 [1] in 1 … V (V keeps

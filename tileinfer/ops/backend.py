@@ -51,12 +51,6 @@ def fused_layer(fuse_norms: bool, t: int) -> bool:
     return fuse_norms and t <= 16
 
 
-def fused_sampling(backend: str, cuda: bool) -> bool:
-    """Whether a sampling step runs `tileinfer.ops.sample.sample_block` rather than `tileinfer.sampling`'s
-    reference ops: on the Triton backend on a GPU (the interpreter would take seconds a step)."""
-    return backend == "triton" and cuda
-
-
 def gemv(t: int, exact: bool) -> bool:
     """Whether our skinny GEMM on t rows is a GEMV (one row outside exact mode), not the tensor-core path."""
     return t == 1 and not exact

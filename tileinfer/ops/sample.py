@@ -108,17 +108,26 @@ def _select(state_ptr, part_ptr, row, n_rows, P, j, top_k, p_mass,
 
 
 @triton.jit
-def _topk_result(state_ptr, part_ptr, stats_ptr, row, n_rows, P, top_k, V,
-                 KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr):
-    """(row max, k-th largest key, mass of the keys at or above it): the lowest key and the whole mass
+def _topk_result(state_ptr, part_ptr, z, row, n_rows, P, top_k, V, KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr):
+    """(k-th largest key, mass of the keys at or above it): the lowest key and the row's whole mass z
     without a top-k."""
-    m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
     kth = tl.zeros((), tl.int64)
     kept = z.to(tl.float64)
     if top_k < V:
         kth, _c, _a, kept = _select(state_ptr, part_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k, 0.0,
                                     False, KEY_BITS, P_BLOCK)
-    return m, kth, kept
+    return kth, kept
+
+
+@triton.jit
+def _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS: tl.constexpr):
+    """The next digit of each key at offs in the range [lo, lo + 2**width) at or above kth (DIGITS for a
+    key outside it), and its weight exp(x / T - max)."""
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
+    key = _keys(x, KEY_BITS)
+    inside = (offs < V) & (key >= kth) & ((key >> width) == (lo >> width))
+    digit = tl.where(inside, (key >> (width - _DIGIT_BITS)) & (_DIGITS - 1), _DIGITS)
+    return digit, tl.exp(x.to(tl.float32) / t - m)
 
 
 @triton.jit
@@ -153,10 +162,9 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
     else:
         active = top_k < V
     if active:
-        m, _z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+        m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
         if TOP_P:
-            _m, kth, kept = _topk_result(kstate_ptr, kpart_ptr, stats_ptr, row, n_rows, P, top_k, V,
-                                         KEY_BITS, P_BLOCK)
+            kth, kept = _topk_result(kstate_ptr, kpart_ptr, z, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
             p_mass = top_p.to(tl.float64) * kept
         else:
             kth = tl.zeros((), tl.int64)
@@ -180,13 +188,10 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
             tile_mass = tl.zeros((SUB, 16), tl.float32)
             for start in tl.range(0, CHUNK, SUB):
                 offs = c * CHUNK + start + tl.arange(0, SUB)
-                x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
-                key = _keys(x, KEY_BITS)
-                inside = (offs < V) & (key >= kth) & ((key >> width) == (lo >> width))
-                digit = tl.where(inside, (key >> (width - _DIGIT_BITS)) & (_DIGITS - 1), _DIGITS)
+                digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
                 hit = (digit[:, None] == d[None, :]).to(tl.float32)
                 tile_counts += hit
-                tile_mass += hit * tl.exp(x.to(tl.float32) / t - m)[:, None]
+                tile_mass += hit * w[:, None]
             counts = tl.sum(tile_counts, axis=0)
             mass = tl.sum(tile_mass, axis=0)
         else:  # one reduction across the warps per digit and sub-block
@@ -194,13 +199,9 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
             mass = tl.zeros((16,), tl.float32)
             for start in tl.range(0, CHUNK, SUB):
                 offs = c * CHUNK + start + tl.arange(0, SUB)
-                x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
-                key = _keys(x, KEY_BITS)
-                inside = (offs < V) & (key >= kth) & ((key >> width) == (lo >> width))
-                digit = (key >> (width - _DIGIT_BITS)) & (_DIGITS - 1)
-                w = tl.where(inside, tl.exp(x.to(tl.float32) / t - m), 0.0)
+                digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
                 for dd in tl.static_range(16):
-                    hit = inside & (digit == dd)
+                    hit = digit == dd
                     counts += tl.where(d == dd, tl.sum(tl.where(hit, 1.0, 0.0), axis=0), 0.0)
                     mass += tl.where(d == dd, tl.sum(tl.where(hit, w, 0.0), axis=0), 0.0)
         base = part_ptr + ((J * n_rows + row) * P + c) * 32
@@ -217,17 +218,16 @@ def _finish_kernel(t_ptr, k_ptr, p_ptr, stats_ptr, kstate_ptr, kpart_ptr, pstate
         gdc_wait()
         gdc_launch_dependents()
     row = tl.program_id(0)
+    m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+    t = tl.zeros((), tl.int64)
+    kept = z.to(tl.float64)
     if FILTERED:
         top_k = tl.load(k_ptr)
         top_p = tl.load(p_ptr)
-        m, t, kept = _topk_result(kstate_ptr, kpart_ptr, stats_ptr, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
+        t, kept = _topk_result(kstate_ptr, kpart_ptr, z, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
         if top_p < 1:
             t, _c, _a, kept = _select(pstate_ptr, ppart_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k,
                                       top_p.to(tl.float64) * kept, True, KEY_BITS, P_BLOCK)
-    else:
-        m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
-        t = tl.zeros((), tl.int64)
-        kept = z.to(tl.float64)
     tl.store(final_ptr + row * 4, m.to(tl.float64))
     tl.store(final_ptr + row * 4 + 1, t.to(tl.float64))
     tl.store(final_ptr + row * 4 + 2, kept)
