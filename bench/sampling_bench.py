@@ -158,10 +158,10 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95):
             "sample_block T=1": lambda: sample_block(logits, drafts, u, temperature, k_all, p_one, False),
             "sample_block top-k, top-p": lambda: sample_block(logits, drafts, u, temperature, k, p, True),
             "sample_block top-p": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True),
-            "sample_block top-k, top-p, tile sums": lambda: sample_block(logits, drafts, u, temperature, k, p, True,
-                                                                         tile_sums=True),
-            "sample_block top-p, tile sums": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True,
-                                                                  tile_sums=True),
+            "sample_block top-k, top-p, reductions": lambda: sample_block(logits, drafts, u, temperature, k, p, True,
+                                                                          digit_sums="reduce"),
+            "sample_block top-p, reductions": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True,
+                                                                   digit_sums="reduce"),
         }
         for name, call in pieces.items():
             us = time_us([call])

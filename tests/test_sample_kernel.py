@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tileinfer import sampling
-from tileinfer.ops.sample import chunk_size, sample_block
+from tileinfer.ops.sample import DIGIT_SUMS, chunk_size, row_filters, sample_block
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -20,7 +20,8 @@ if GPU:  # every chunk size and key width the Qwen3 vocabulary gets, and an odd 
              (torch.float16, 16, 151_936, (50, 0.95), 0.8)]
 else:
     CASES = [(torch.bfloat16, 1, 1537, (50, 0.95), 1.0), (torch.bfloat16, 6, 1537, (None, 0.9), 0.6),
-             (torch.float32, 5, 1537, (7, None), 1.0), (torch.float16, 3, 1537, (None, None), 0.7)]
+             (torch.float32, 5, 1537, (7, None), 1.0), (torch.float16, 3, 1537, (None, None), 0.7),
+             (torch.bfloat16, 2, 5000, (20, 0.9), 1.0)]  # five chunks a row, most of them left out after a pass
 
 
 def reference(logits, drafts, u, temperature, top_k, top_p):
@@ -36,11 +37,11 @@ def tensors(temperature, top_k, top_p, vocab, device):
             torch.tensor([top_p or 1.0], device=device))
 
 
-def ours(logits, drafts, u, temperature, top_k, top_p, tile_sums=False):
+def ours(logits, drafts, u, temperature, top_k, top_p, digit_sums="dot"):
     vocab = logits.shape[-1]
     filtered = sampling.SamplingParams(temperature, top_k, top_p).filtered(vocab)
     return sample_block(logits, drafts, u, *tensors(temperature, top_k, top_p, vocab, logits.device), filtered,
-                        tile_sums=tile_sums)
+                        digit_sums=digit_sums)
 
 
 def block(n, vocab, dtype, gen, scale=3.0, ties=False):
@@ -59,26 +60,50 @@ def same(a, b):
     return torch.equal(ra, oa) and torch.equal(rt[: int(ra) + 1], ot[: int(ra) + 1])
 
 
-@pytest.mark.parametrize("tile_sums", [False, True])
+@pytest.mark.parametrize("digit_sums", DIGIT_SUMS)
 @pytest.mark.parametrize("dtype, n, vocab, filters, temperature", CASES)
-def test_sample_block_matches_the_reference(dtype, n, vocab, filters, temperature, tile_sums):
+def test_sample_block_matches_the_reference(dtype, n, vocab, filters, temperature, digit_sums):
     gen = torch.Generator().manual_seed(n * 1000 + vocab)
     logits, drafts = block(n, vocab, dtype, gen)
     for _ in range(3 if GPU else 1):
         u = torch.rand(n, generator=gen, dtype=torch.float64).to(DEV)
         args = (logits, drafts, u, temperature, *filters)
-        assert same(reference(*args), ours(*args, tile_sums)), (dtype, n, vocab, filters, temperature, u.tolist())
+        assert same(reference(*args), ours(*args, digit_sums)), (dtype, n, vocab, filters, temperature, u.tolist())
 
 
-@pytest.mark.parametrize("tile_sums", [False, True])
+def keys(logits):
+    """The kernels' order-preserving integer keys of logits, in PyTorch."""
+    bits, width = (logits.view(torch.int32), 32) if logits.dtype == torch.float32 else (logits.view(torch.int16), 16)
+    b = torch.where(logits == 0, 0, bits.long())
+    return (b ^ ((b >> (width - 1)) & ((1 << (width - 1)) - 1))) + (1 << (width - 1))
+
+
+@pytest.mark.parametrize("digit_sums", DIGIT_SUMS)
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("dtype, n, vocab, filters, temperature", CASES)
+def test_row_filters_keep_what_the_reference_keeps(dtype, n, vocab, filters, temperature, ties, digit_sums):
+    """The threshold key keeps exactly the logits the reference keeps, and their mass."""
+    gen = torch.Generator().manual_seed(n * 1000 + vocab + 1)
+    logits, _ = block(n, vocab, dtype, gen, ties=ties)
+    params = sampling.SamplingParams(temperature, *filters)
+    t, k, p = tensors(temperature, *filters, vocab, logits.device)
+    final = row_filters(logits, t, k, p, params.filtered(vocab), digit_sums)
+    logp = sampling.log_probs(logits, t, k, p, params.filtered(vocab), params.candidates(vocab))
+    kept = keys(logits) >= final[:, 1:2].long()
+    assert torch.equal(kept, torch.isfinite(logp)), (kept.sum(-1).tolist(), torch.isfinite(logp).sum(-1).tolist())
+    mass = torch.where(kept, torch.exp(logits.double() / temperature - final[:, :1]), 0.0).sum(-1)
+    torch.testing.assert_close(final[:, 2], mass, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("digit_sums", DIGIT_SUMS)
 @pytest.mark.parametrize("filters", [(3, None), (None, 0.5), (40, 0.8)] if GPU else [(None, 0.5)])
-def test_tied_logits_are_kept_or_removed_together(filters, tile_sums):
+def test_tied_logits_are_kept_or_removed_together(filters, digit_sums):
     gen = torch.Generator().manual_seed(7)
     logits, drafts = block(4, 999, torch.bfloat16, gen, ties=True)
     for _ in range(8 if GPU else 2):
         u = torch.rand(4, generator=gen, dtype=torch.float64).to(DEV)
         args = (logits, drafts, u, 1.0, *filters)
-        assert same(reference(*args), ours(*args, tile_sums)), (filters, u.tolist())
+        assert same(reference(*args), ours(*args, digit_sums)), (filters, u.tolist())
 
 
 @pytest.mark.skipif(not GPU, reason="hundreds of draws: a GPU's")

@@ -70,8 +70,8 @@ def test_weight_kinds():
 def test_a_cuda_plan_holds_the_radix_sort_of_top_k_over_qwen3s_vocabulary():
     """Top-p alone on CUDA's reference ops over rows longer than 4,096 sorts by radix: the Qwen3-4B step the
     H200 measured (bench/results/memory_plan_h200.csv, before the Triton backend sampled with
-    `ops.sample`) is covered; the CPU's sort holds far less. A top-k within the candidates holds neither,
-    and the Triton backend's radix select holds a few hundred KB beside the logits."""
+    `ops.sample`) is covered; the CPU's sort holds far less. The Triton backend's radix select holds a few
+    hundred KB beside the logits: less than the same step took when it read each row's top-k candidates."""
     target, drafter = configs("4b")
     recorded = pd.read_csv(Path(__file__).parents[1] / "bench" / "results" / "memory_plan_h200.csv")
     four_b = recorded[recorded["model"] == "qwen3-4b"]
@@ -83,7 +83,7 @@ def test_a_cuda_plan_holds_the_radix_sort_of_top_k_over_qwen3s_vocabulary():
         return model.sampling(True, filtered, candidates).plan(1024, 32).step_activation_bytes
 
     for measured_on_the_h200 in four_b[four_b["what"] == "step, block 16, T=1 top-k/p"]["measured_bytes"]:
-        assert plan_covers(step(True, True, 1024), measured_on_the_h200)
+        assert step(True, True, 1024) < measured_on_the_h200
     for measured_on_the_h200 in rows["measured_bytes"]:
         assert plan_covers(step(True, True, backend="torch"), measured_on_the_h200)
         assert (step(True, True, backend="torch") >= measured_on_the_h200 > step(False, True, backend="torch")

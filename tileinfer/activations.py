@@ -140,7 +140,7 @@ class ActivationModel:
         that also holds 32 B per element (20 B for one row) and cub's scratch, under 0.5 B per element;
         shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
         on the H200 (bench/results/memory_plan_h200.csv). On a GPU's Triton backend the step is
-        `ops.sample.sample_block` (but where a block reads candidates): the logits and its few small
+        `ops.sample.sample_block`: the logits and its few small
         buffers, the step's scalars among them, and the step's row of uniforms (with the reference path's 16
         scalars on top instead, the plan of a one-token step held 8,704 B more than the H200 measured at
         9cac3ef)."""
@@ -151,7 +151,7 @@ class ActivationModel:
         # the step's per-row scalars (thresholds, sums, accepted count, the token): an allocator block each
         logits += SAMPLING_SCALARS * self.b(t, e=8)
         drawn += SAMPLING_SCALARS * self.b(t, e=8)
-        if fused_step(self.backend, self.cuda, t, self.candidates):
+        if fused_step(self.backend, self.cuda):
             scratch = sum(self.b(prod(shape), e=dtype.itemsize)
                           for shape, dtype in sample_buffers(t, n, torch.float32 if self.elem == 4 else torch.bfloat16,
                                                          self.filtered).values())

@@ -161,7 +161,7 @@ class Engine:
     def _sample(self, logits, drafts, filtered: bool, candidates: int = 0):
         """Speculative sampling of a block (a single token without drafts): (accepted [1], tokens [size])."""
         s = self.sampler
-        if sampling.fused_step(self.backend, logits.is_cuda, len(logits), candidates):
+        if sampling.fused_step(self.backend, logits.is_cuda):
             return sample_block(logits, drafts, s.next_uniforms(), s.temperature, s.top_k, s.top_p, filtered)
         logp = sampling.log_probs(logits, s.temperature, s.top_k, s.top_p, filtered, candidates)
         return sampling.speculative_sample(logp, drafts, s.next_uniforms())

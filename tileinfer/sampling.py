@@ -159,17 +159,14 @@ def _threshold_from_sort(logits, top_k, top_p) -> torch.Tensor:
 
 
 def reads_candidates(rows: int, candidates: int) -> bool:
-    """Whether top-k / top-p on `rows` rows read each row's largest logits (else the rows are sorted, or on
-    a GPU's Triton backend radix-selected by `ops.sample`, which a DFlash block's candidates beat: 175 µs
-    against 456 µs for 16 rows, bench/results/sampling_ops_h200.csv)."""
+    """Whether top-k / top-p here on `rows` rows read each row's largest logits (else the rows are sorted)."""
     return bool(candidates) and rows >= CANDIDATE_MIN_ROWS
 
 
-def fused_step(backend: str, cuda: bool, rows: int, candidates: int) -> bool:
-    """Whether a sampling step of `rows` rows runs `tileinfer.ops.sample.sample_block` rather than the
-    functions here: on the Triton backend on a GPU (the interpreter would take seconds a step), but where
-    its top-k reads candidates."""
-    return backend == "triton" and cuda and not reads_candidates(rows, candidates)
+def fused_step(backend: str, cuda: bool) -> bool:
+    """Whether a sampling step runs `tileinfer.ops.sample.sample_block` rather than the functions here: on
+    the Triton backend on a GPU (the interpreter would take seconds a step)."""
+    return backend == "triton" and cuda
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, candidates: int = 0) -> torch.Tensor:

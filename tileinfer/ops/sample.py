@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from tileinfer.ops import INTERPRET
 from tileinfer.ops.pdl import launch_options
 
 DIGIT_BITS = 4
@@ -33,7 +34,7 @@ DIGITS = 1 << DIGIT_BITS
 _DIGIT_BITS, _DIGITS = tl.constexpr(DIGIT_BITS), tl.constexpr(DIGITS)  # as the kernels read them
 MIN_CHUNK, MAX_CHUNK = 1024, 4096
 SUB = 512  # logits a radix pass sums per digit at a time
-TILE_SUB = 256  # ... with tile sums: [TILE_SUB, 16] counts and masses held across its chunk
+DIGIT_SUMS = ("dot", "reduce")  # how a radix pass sums per digit (`row_filters`)
 PROGRAMS = 264  # two per SM of an H100/H200, shared by the rows
 
 
@@ -58,10 +59,10 @@ def _keys(x, KEY_BITS: tl.constexpr):
 
 
 @triton.jit
-def _row_max_sum(stats_ptr, row, P, P_BLOCK: tl.constexpr):
-    """A row's max and sum of exp(x - max) from its chunks' (max, sum) pairs, in chunk order."""
+def _row_max_sum(stats_ptr, row, P, t, P_BLOCK: tl.constexpr):
+    """A row's max and sum of exp(x / T - max) from its chunks' (max logit, sum) pairs, in chunk order."""
     c = tl.arange(0, P_BLOCK)
-    cm = tl.load(stats_ptr + (row * P + c) * 2, mask=c < P, other=-float("inf"))
+    cm = tl.load(stats_ptr + (row * P + c) * 2, mask=c < P, other=-float("inf")) / t
     cs = tl.load(stats_ptr + (row * P + c) * 2 + 1, mask=c < P, other=0.0)
     m = tl.max(cm, axis=0)
     return m, tl.sum(tl.where(c < P, cs * tl.exp(cm - m), 0.0), axis=0)
@@ -131,6 +132,25 @@ def _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS: tl.co
 
 
 @triton.jit
+def _digit_dot(digit, w, sums, UPCAST: tl.constexpr):
+    """sums [16, 16] + one_hot(digit)ᵀ @ [1, w in three BF16 parts, 0, ...] on the tensor cores: column 0
+    counts each digit's keys, columns 1-3 sum their weights. Each product is exact (a one-hot times a BF16
+    value) and the three parts carry w's 24 bits, so the sums are FP32 sums of the weights. UPCAST: the
+    same values as FP32 operands (the interpreter multiplies BF16 operands as their bit patterns)."""
+    d = tl.arange(0, 16)
+    one_hot = (d[:, None] == digit[None, :]).to(tl.float32)
+    hi = w.to(tl.bfloat16).to(tl.float32)
+    mid = (w - hi).to(tl.bfloat16).to(tl.float32)
+    lo = (w - hi - mid).to(tl.bfloat16).to(tl.float32)
+    col = d[None, :]
+    parts = tl.where(col == 0, 1.0, tl.where(col == 1, hi[:, None], tl.where(col == 2, mid[:, None],
+                                                                              tl.where(col == 3, lo[:, None], 0.0))))
+    if UPCAST:
+        return tl.dot(one_hot, parts, sums, input_precision="ieee")
+    return tl.dot(one_hot.to(tl.bfloat16), parts.to(tl.bfloat16), sums)
+
+
+@triton.jit
 def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         gdc_wait()
@@ -138,16 +158,18 @@ def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, 
     row, c = tl.program_id(0), tl.program_id(1)
     offs = c * CHUNK + tl.arange(0, CHUNK)
     x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
-    xf = x.to(tl.float32) / tl.load(t_ptr)
-    cm = tl.max(xf, axis=0)
-    tl.store(stats_ptr + (row * P + c) * 2, cm)
-    tl.store(stats_ptr + (row * P + c) * 2 + 1, tl.sum(tl.exp(xf - cm), axis=0))
+    t = tl.load(t_ptr)
+    # the chunk's largest logit untempered: the radix passes take its key; dividing by T after the max
+    # gives the max of x / T, rounding being monotone
+    cx = tl.max(x.to(tl.float32), axis=0)
+    tl.store(stats_ptr + (row * P + c) * 2, cx)
+    tl.store(stats_ptr + (row * P + c) * 2 + 1, tl.sum(tl.exp(x.to(tl.float32) / t - cx / t), axis=0))
 
 
 @triton.jit
 def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_ptr, part_ptr, kstate_ptr, kpart_ptr,
                        V, P, n_rows, J, TOP_P: tl.constexpr, KEY_BITS: tl.constexpr,
-                       CHUNK: tl.constexpr, SUB: tl.constexpr, TILE_SUMS: tl.constexpr, P_BLOCK: tl.constexpr,
+                       CHUNK: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr, P_BLOCK: tl.constexpr,
                        PDL: tl.constexpr):
     """Pass J of a row's top-k (counts) or top-p (masses) search over one chunk: sums per digit of the
     keys in the range the passes before chose. kstate/kpart: the top-k search's buffers, which top-p reads."""
@@ -162,7 +184,8 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
     else:
         active = top_k < V
     if active:
-        m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+        t = tl.load(t_ptr)
+        m, z = _row_max_sum(stats_ptr, row, P, t, P_BLOCK)
         if TOP_P:
             kth, kept = _topk_result(kstate_ptr, kpart_ptr, z, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
             p_mass = top_p.to(tl.float64) * kept
@@ -172,38 +195,43 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
         lo = tl.zeros((), tl.int64)
         above_count = tl.zeros((), tl.float64)
         above_mass = tl.zeros((), tl.float64)
+        # whether the chunk may hold a key in the range: its largest key reaches the range (and kth), and
+        # after the first pass its count in the digit the pass before chose is not zero
+        top = _keys(tl.load(stats_ptr + (row * P + c) * 2).to(x_ptr.dtype.element_ty), KEY_BITS)
+        live = top >= kth
         if J > 0:
             lo, above_count, above_mass, _i = _select(state_ptr, part_ptr, row, n_rows, P, J - 1, top_k, p_mass,
                                                       TOP_P, KEY_BITS, P_BLOCK)
+            chosen = (lo >> (KEY_BITS - _DIGIT_BITS * J)) & (_DIGITS - 1)
+            before = tl.load(part_ptr + (((J - 1) * n_rows + row) * P + c) * 32 + chosen)
+            live = live & (top >= lo) & (before > 0)
         if c == 0:
             s = state_ptr + (J * n_rows + row) * 4
             tl.store(s, lo.to(tl.float64))
             tl.store(s + 1, above_count)
             tl.store(s + 2, above_mass)
         width = KEY_BITS - _DIGIT_BITS * J
-        t = tl.load(t_ptr)
         d = tl.arange(0, 16)
-        if TILE_SUMS:  # [SUB, 16] sums held by the threads across the chunk, reduced once
-            tile_counts = tl.zeros((SUB, 16), tl.float32)
-            tile_mass = tl.zeros((SUB, 16), tl.float32)
-            for start in tl.range(0, CHUNK, SUB):
-                offs = c * CHUNK + start + tl.arange(0, SUB)
-                digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                hit = (digit[:, None] == d[None, :]).to(tl.float32)
-                tile_counts += hit
-                tile_mass += hit * w[:, None]
-            counts = tl.sum(tile_counts, axis=0)
-            mass = tl.sum(tile_mass, axis=0)
-        else:  # one reduction across the warps per digit and sub-block
-            counts = tl.zeros((16,), tl.float32)
-            mass = tl.zeros((16,), tl.float32)
-            for start in tl.range(0, CHUNK, SUB):
-                offs = c * CHUNK + start + tl.arange(0, SUB)
-                digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                for dd in tl.static_range(16):
-                    hit = digit == dd
-                    counts += tl.where(d == dd, tl.sum(tl.where(hit, 1.0, 0.0), axis=0), 0.0)
-                    mass += tl.where(d == dd, tl.sum(tl.where(hit, w, 0.0), axis=0), 0.0)
+        counts = tl.zeros((16,), tl.float32)
+        mass = tl.zeros((16,), tl.float32)
+        if live:
+            if DOT:
+                sums = tl.zeros((16, 16), tl.float32)
+                for start in tl.range(0, CHUNK, SUB):
+                    offs = c * CHUNK + start + tl.arange(0, SUB)
+                    digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
+                    sums = _digit_dot(digit, w, sums, UPCAST)
+                counts = tl.sum(tl.where(d[None, :] == 0, sums, 0.0), axis=1)
+                mass = tl.sum(tl.where((d[None, :] >= 1) & (d[None, :] <= 3), sums, 0.0), axis=1)
+            else:  # per sub-block holding a key in the range: one reduction across the warps per digit
+                for start in tl.range(0, CHUNK, SUB):
+                    offs = c * CHUNK + start + tl.arange(0, SUB)
+                    digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
+                    if tl.min(digit, axis=0) < _DIGITS:
+                        for dd in tl.static_range(16):
+                            hit = digit == dd
+                            counts += tl.where(d == dd, tl.sum(tl.where(hit, 1.0, 0.0), axis=0), 0.0)
+                            mass += tl.where(d == dd, tl.sum(tl.where(hit, w, 0.0), axis=0), 0.0)
         base = part_ptr + ((J * n_rows + row) * P + c) * 32
         tl.store(base + d, counts)
         tl.store(base + 16 + d, mass)
@@ -218,7 +246,7 @@ def _finish_kernel(t_ptr, k_ptr, p_ptr, stats_ptr, kstate_ptr, kpart_ptr, pstate
         gdc_wait()
         gdc_launch_dependents()
     row = tl.program_id(0)
-    m, z = _row_max_sum(stats_ptr, row, P, P_BLOCK)
+    m, z = _row_max_sum(stats_ptr, row, P, tl.load(t_ptr), P_BLOCK)
     t = tl.zeros((), tl.int64)
     kept = z.to(tl.float64)
     if FILTERED:
@@ -304,27 +332,65 @@ def _pick_kernel(x_ptr, stride_x, t_ptr, drafts_ptr, u_ptr, final_ptr, chunk_mas
     tl.store(tokens_ptr + i, tl.where(i == a, token, drafts), mask=i < n_rows)
 
 
+def _key_bits(dtype: torch.dtype) -> int:
+    return 32 if dtype == torch.float32 else 16
+
+
 def buffers(rows: int, vocab: int, dtype: torch.dtype, filtered: bool) -> dict:
     """name -> (shape, dtype) of what `sample_block` allocates (the memory plan counts them)."""
     P = triton.cdiv(vocab, chunk_size(rows, vocab))
     out = {"stats": ((rows, P, 2), torch.float32), "final": ((rows, 4), torch.float64),
            "chunk_mass": ((P,), torch.float64), "accepted": ((1,), torch.int64), "tokens": ((rows,), torch.int64)}
     if filtered:
-        passes = (32 if dtype == torch.float32 else 16) // DIGIT_BITS
+        passes = _key_bits(dtype) // DIGIT_BITS
         out |= {"state": ((2, passes, rows, 4), torch.float64), "part": ((2, passes, rows, P, 32), torch.float32)}
     return out
 
 
+def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                filtered: bool, digit_sums: str = "dot", buf: dict | None = None) -> torch.Tensor:
+    """Per row of logits [n, V], what `sampling.log_probs` keeps: [n, 4] float64 of (max of x / T, the
+    threshold key: the logits whose order-preserving key (`_keys`) is at or above it are kept, their
+    mass sum(exp(x / T - max)), unused). `digit_sums`: how the radix passes sum per digit, "dot" (one
+    tensor-core product per 512 logits) or "reduce" (a reduction across the warps per digit, in the
+    sub-blocks holding a key in the range). `buf`: `buffers`' tensors, allocated here if None."""
+    assert digit_sums in DIGIT_SUMS, f"digit_sums must be one of {DIGIT_SUMS}, got {digit_sums!r}"
+    n, vocab = logits.shape
+    if buf is None:
+        buf = {name: torch.empty(shape, dtype=dtype, device=logits.device)
+               for name, (shape, dtype) in buffers(n, vocab, logits.dtype, filtered).items()}
+    key_bits = _key_bits(logits.dtype)
+    chunk = chunk_size(n, vocab)
+    P = triton.cdiv(vocab, chunk)
+    p_block = max(16, triton.next_power_of_2(P))
+    pdl = launch_options(logits.device)
+    stats, final = buf["stats"], buf["final"]
+    args = (logits, logits.stride(0), temperature)
+    _stats_kernel[(n, P)](*args, stats, vocab, P, CHUNK=chunk, num_warps=4, **pdl)
+    if filtered:
+        state, part = buf["state"], buf["part"]
+        for search in (0, 1):
+            for j in range(key_bits // DIGIT_BITS):
+                _radix_pass_kernel[(n, P)](*args, top_k, top_p, stats, state[search], part[search], state[0], part[0],
+                                           vocab, P, n, j, TOP_P=bool(search), KEY_BITS=key_bits, CHUNK=chunk,
+                                           SUB=min(chunk, SUB), DOT=digit_sums == "dot", UPCAST=INTERPRET,
+                                           P_BLOCK=p_block, num_warps=4, **pdl)
+        kstate, kpart, pstate, ppart = state[0], part[0], state[1], part[1]
+    else:
+        kstate = kpart = pstate = ppart = stats
+    _finish_kernel[(n,)](temperature, top_k, top_p, stats, kstate, kpart, pstate, ppart, final, vocab, P, n,
+                         FILTERED=filtered, KEY_BITS=key_bits, P_BLOCK=p_block, num_warps=4, **pdl)
+    return final
+
+
 def sample_block(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
                  top_k: torch.Tensor, top_p: torch.Tensor, filtered: bool,
-                 tile_sums: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                 digit_sums: str = "dot") -> tuple[torch.Tensor, torch.Tensor]:
     """`sampling.speculative_sample(sampling.log_probs(logits, ...), drafts, u)` for a deterministic drafter.
 
     logits: [n, V] bf16, fp16 or fp32 (rows may be strided); drafts: [n - 1] int64; u: [>= n] float64 uniforms;
     temperature / top_p: float32 [1]; top_k: int64 [1]; filtered: whether top-k / top-p may remove
-    anything (else their launches are left out); tile_sums: the radix passes hold [256, 16] sums across
-    their chunk and reduce them once, where the default reduces each digit of each 512 logits across
-    the warps (105 / 456 µs for 1 / 16 rows with top-k and top-p on the H200, the passes most of it).
+    anything (else their launches are left out); digit_sums: as `row_filters`.
     Returns (accepted [1] int64, tokens [n] int64)."""
     assert logits.dim() == 2 and logits.stride(-1) == 1, "logits must be [n, V] with contiguous rows"
     assert logits.dtype in (torch.bfloat16, torch.float16, torch.float32), \
@@ -332,34 +398,19 @@ def sample_block(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, te
     n, vocab = logits.shape
     assert drafts.shape == (n - 1,) and u.dtype == torch.float64 and u.numel() >= n
     dev = logits.device
-    key_bits = 32 if logits.dtype == torch.float32 else 16
+    key_bits = _key_bits(logits.dtype)
     chunk = chunk_size(n, vocab)
     P = triton.cdiv(vocab, chunk)
     p_block = max(16, triton.next_power_of_2(P))
     n_block = max(16, triton.next_power_of_2(n))
-    passes = key_bits // DIGIT_BITS
     pdl = launch_options(dev)
     drafts = drafts.contiguous()
     u = u.contiguous()
     buf = {name: torch.empty(shape, dtype=dtype, device=dev)
            for name, (shape, dtype) in buffers(n, vocab, logits.dtype, filtered).items()}
-    stats, final, chunk_mass = buf["stats"], buf["final"], buf["chunk_mass"]
-    accepted, tokens = buf["accepted"], buf["tokens"]
+    final = row_filters(logits, temperature, top_k, top_p, filtered, digit_sums, buf)
+    chunk_mass, accepted, tokens = buf["chunk_mass"], buf["accepted"], buf["tokens"]
     args = (logits, logits.stride(0), temperature)
-    _stats_kernel[(n, P)](*args, stats, vocab, P, CHUNK=chunk, num_warps=4, **pdl)
-    if filtered:
-        state, part = buf["state"], buf["part"]
-        for search in (0, 1):
-            for j in range(passes):
-                _radix_pass_kernel[(n, P)](*args, top_k, top_p, stats, state[search], part[search], state[0], part[0],
-                                           vocab, P, n, j, TOP_P=bool(search), KEY_BITS=key_bits, CHUNK=chunk,
-                                           SUB=min(chunk, TILE_SUB if tile_sums else SUB), TILE_SUMS=tile_sums,
-                                           P_BLOCK=p_block, num_warps=4, **pdl)
-        kstate, kpart, pstate, ppart = state[0], part[0], state[1], part[1]
-    else:
-        kstate = kpart = pstate = ppart = stats
-    _finish_kernel[(n,)](temperature, top_k, top_p, stats, kstate, kpart, pstate, ppart, final, vocab, P, n,
-                         FILTERED=filtered, KEY_BITS=key_bits, P_BLOCK=p_block, num_warps=4, **pdl)
     _mass_kernel[(P,)](*args, drafts, u, final, chunk_mass, accepted, vocab, n, KEY_BITS=key_bits, CHUNK=chunk,
                        N_BLOCK=n_block, num_warps=4, **pdl)
     _pick_kernel[(1,)](*args, drafts, u, final, chunk_mass, accepted, tokens, vocab, P, n, KEY_BITS=key_bits,
