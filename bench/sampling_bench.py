@@ -23,6 +23,7 @@ import argparse
 import gc
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -118,11 +119,12 @@ def cost(preset, root, point, new_tokens, repeats):
     return rows, f"random ({preset})"
 
 
-def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95):
-    """µs per call of each piece of a sampling step, on `rows` random bf16 logit rows."""
+def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95, only=""):
+    """µs per call of each piece of a sampling step, on `rows` random bf16 logit rows (pieces whose name
+    starts with `only`)."""
     from bench.gemm_bench import time_us
     from tileinfer import sampling
-    from tileinfer.ops.sample import sample_block
+    from tileinfer.ops.sample import DIGIT_SUMS, sample_block
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=dev).manual_seed(0)
     temperature = torch.ones(1, device=dev)
@@ -158,12 +160,14 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95):
             "sample_block T=1": lambda: sample_block(logits, drafts, u, temperature, k_all, p_one, False),
             "sample_block top-k, top-p": lambda: sample_block(logits, drafts, u, temperature, k, p, True),
             "sample_block top-p": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True),
-            "sample_block top-k, top-p, reductions": lambda: sample_block(logits, drafts, u, temperature, k, p, True,
-                                                                          digit_sums="reduce"),
-            "sample_block top-p, reductions": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True,
-                                                                   digit_sums="reduce"),
+            **{f"sample_block top-k, top-p, {how}": partial(sample_block, logits, drafts, u, temperature, k, p, True,
+                                                            digit_sums=how) for how in DIGIT_SUMS[1:]},
+            **{f"sample_block top-p, {how}": partial(sample_block, logits, drafts, u, temperature, k_all, p, True,
+                                                     digit_sums=how) for how in DIGIT_SUMS[1:]},
         }
         for name, call in pieces.items():
+            if not name.startswith(only):
+                continue
             us = time_us([call])
             out.append(dict(rows=rows, vocab=vocab, piece=name, us=us))
             print(f"  {rows:3d} rows  {name:40s} {us:9.2f} µs", flush=True)
@@ -199,6 +203,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=4, help="sampled runs pooled per temperature")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    parser.add_argument("--pieces", default="", help="ops part: only the pieces whose name starts with this")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the script on a CPU")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -216,7 +221,7 @@ def main(argv=None):
     if "acceptance" in parts:
         tables["acceptance"] = acceptance(args.points.split(","), args.seeds, 8 if args.smoke else None)
     if "ops" in parts:
-        tables["ops"] = ops(2_000 if args.smoke else 151_936)
+        tables["ops"] = ops(2_000 if args.smoke else 151_936, only=args.pieces)
     for part, (rows, kind) in tables.items():
         path = write_rows([r | base | {"weights_kind": kind} for r in rows],
                           out / f"sampling_{part}_{gpu_tag(env['gpu'])}.csv", last=(*base, "weights_kind"))

@@ -379,7 +379,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         sample.sample_block(torch.empty(t, vocab, dtype=bf16), torch.zeros(t - 1, dtype=torch.int64),
                             torch.zeros(t, dtype=torch.float64), torch.ones(1), torch.ones(1, dtype=torch.int64),
                             torch.ones(1), filtered=case.op != "sample_block",
-                            digit_sums="reduce" if case.op.endswith("reduce") else "dot")
+                            digit_sums="reduce" if case.op.endswith("reduce") else "one-hot")
         return ""
     if case.op == "silu_mul":
         swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16))

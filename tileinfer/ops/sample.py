@@ -26,15 +26,14 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from tileinfer.ops import INTERPRET
 from tileinfer.ops.pdl import launch_options
 
 DIGIT_BITS = 4
 DIGITS = 1 << DIGIT_BITS
 _DIGIT_BITS, _DIGITS = tl.constexpr(DIGIT_BITS), tl.constexpr(DIGITS)  # as the kernels read them
 MIN_CHUNK, MAX_CHUNK = 1024, 4096
-SUB = 512  # logits a radix pass sums per digit at a time
-DIGIT_SUMS = ("dot", "reduce")  # how a radix pass sums per digit (`row_filters`)
+DIGIT_SUMS = ("one-hot", "histogram", "reduce")  # how a radix pass sums per digit (`row_filters`)
+SUB = {"one-hot": 256, "histogram": 256, "reduce": 512}  # logits a radix pass takes at a time
 PROGRAMS = 264  # two per SM of an H100/H200, shared by the rows
 
 
@@ -132,25 +131,6 @@ def _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS: tl.co
 
 
 @triton.jit
-def _digit_dot(digit, w, sums, UPCAST: tl.constexpr):
-    """sums [16, 16] + one_hot(digit)ᵀ @ [1, w in three BF16 parts, 0, ...] on the tensor cores: column 0
-    counts each digit's keys, columns 1-3 sum their weights. Each product is exact (a one-hot times a BF16
-    value) and the three parts carry w's 24 bits, so the sums are FP32 sums of the weights. UPCAST: the
-    same values as FP32 operands (the interpreter multiplies BF16 operands as their bit patterns)."""
-    d = tl.arange(0, 16)
-    one_hot = (d[:, None] == digit[None, :]).to(tl.float32)
-    hi = w.to(tl.bfloat16).to(tl.float32)
-    mid = (w - hi).to(tl.bfloat16).to(tl.float32)
-    lo = (w - hi - mid).to(tl.bfloat16).to(tl.float32)
-    col = d[None, :]
-    parts = tl.where(col == 0, 1.0, tl.where(col == 1, hi[:, None], tl.where(col == 2, mid[:, None],
-                                                                              tl.where(col == 3, lo[:, None], 0.0))))
-    if UPCAST:
-        return tl.dot(one_hot, parts, sums, input_precision="ieee")
-    return tl.dot(one_hot.to(tl.bfloat16), parts.to(tl.bfloat16), sums)
-
-
-@triton.jit
 def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         gdc_wait()
@@ -169,7 +149,8 @@ def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, 
 @triton.jit
 def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_ptr, part_ptr, kstate_ptr, kpart_ptr,
                        V, P, n_rows, J, TOP_P: tl.constexpr, KEY_BITS: tl.constexpr,
-                       CHUNK: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr, P_BLOCK: tl.constexpr,
+                       CHUNK: tl.constexpr, SUB: tl.constexpr, ONE_HOT: tl.constexpr, HISTOGRAM: tl.constexpr,
+                       P_BLOCK: tl.constexpr,
                        PDL: tl.constexpr):
     """Pass J of a row's top-k (counts) or top-p (masses) search over one chunk: sums per digit of the
     keys in the range the passes before chose. kstate/kpart: the top-k search's buffers, which top-p reads."""
@@ -215,14 +196,28 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
         counts = tl.zeros((16,), tl.float32)
         mass = tl.zeros((16,), tl.float32)
         if live:
-            if DOT:
-                sums = tl.zeros((16, 16), tl.float32)
+            if HISTOGRAM:  # counts by tl.histogram, [16, SUB] weights held across the chunk, reduced once
+                bins = tl.zeros((32,), tl.int32)
+                weights = tl.zeros((16, SUB), tl.float32)
                 for start in tl.range(0, CHUNK, SUB):
                     offs = c * CHUNK + start + tl.arange(0, SUB)
                     digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                    sums = _digit_dot(digit, w, sums, UPCAST)
-                counts = tl.sum(tl.where(d[None, :] == 0, sums, 0.0), axis=1)
-                mass = tl.sum(tl.where((d[None, :] >= 1) & (d[None, :] <= 3), sums, 0.0), axis=1)
+                    bins += tl.histogram(digit.to(tl.int32), 32)
+                    weights += tl.where(d[:, None] == digit[None, :], w[None, :], 0.0)
+                b = tl.arange(0, 32)
+                counts = tl.sum(tl.where(b[None, :] == d[:, None], bins[None, :], 0), axis=1).to(tl.float32)
+                mass = tl.sum(weights, axis=1)
+            elif ONE_HOT:  # [16, SUB] sums held across the chunk, each thread its own logits, reduced once
+                hits = tl.zeros((16, SUB), tl.float32)
+                weights = tl.zeros((16, SUB), tl.float32)
+                for start in tl.range(0, CHUNK, SUB):
+                    offs = c * CHUNK + start + tl.arange(0, SUB)
+                    digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
+                    hit = d[:, None] == digit[None, :]
+                    hits += hit.to(tl.float32)
+                    weights += tl.where(hit, w[None, :], 0.0)
+                counts = tl.sum(hits, axis=1)
+                mass = tl.sum(weights, axis=1)
             else:  # per sub-block holding a key in the range: one reduction across the warps per digit
                 for start in tl.range(0, CHUNK, SUB):
                     offs = c * CHUNK + start + tl.arange(0, SUB)
@@ -348,12 +343,12 @@ def buffers(rows: int, vocab: int, dtype: torch.dtype, filtered: bool) -> dict:
 
 
 def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                filtered: bool, digit_sums: str = "dot", buf: dict | None = None) -> torch.Tensor:
+                filtered: bool, digit_sums: str = "one-hot", buf: dict | None = None) -> torch.Tensor:
     """Per row of logits [n, V], what `sampling.log_probs` keeps: [n, 4] float64 of (max of x / T, the
     threshold key: the logits whose order-preserving key (`_keys`) is at or above it are kept, their
-    mass sum(exp(x / T - max)), unused). `digit_sums`: how the radix passes sum per digit, "dot" (one
-    tensor-core product per 512 logits) or "reduce" (a reduction across the warps per digit, in the
-    sub-blocks holding a key in the range). `buf`: `buffers`' tensors, allocated here if None."""
+    mass sum(exp(x / T - max)), unused). `digit_sums`: how the radix passes sum per digit, "one-hot"
+    (each thread adds its logits' one-hot digits and weights into [16, 256] sums, reduced once a chunk),
+    "histogram" (the same for the weights, the counts by `tl.histogram`) or "reduce" (a reduction across the warps per digit and 512 logits, where they hold a key in the range). `buf`: `buffers`' tensors, allocated here if None."""
     assert digit_sums in DIGIT_SUMS, f"digit_sums must be one of {DIGIT_SUMS}, got {digit_sums!r}"
     n, vocab = logits.shape
     if buf is None:
@@ -373,7 +368,8 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
             for j in range(key_bits // DIGIT_BITS):
                 _radix_pass_kernel[(n, P)](*args, top_k, top_p, stats, state[search], part[search], state[0], part[0],
                                            vocab, P, n, j, TOP_P=bool(search), KEY_BITS=key_bits, CHUNK=chunk,
-                                           SUB=min(chunk, SUB), DOT=digit_sums == "dot", UPCAST=INTERPRET,
+                                           SUB=min(chunk, SUB[digit_sums]), ONE_HOT=digit_sums == "one-hot",
+                                           HISTOGRAM=digit_sums == "histogram",
                                            P_BLOCK=p_block, num_warps=4, **pdl)
         kstate, kpart, pstate, ppart = state[0], part[0], state[1], part[1]
     else:
@@ -385,7 +381,7 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
 
 def sample_block(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
                  top_k: torch.Tensor, top_p: torch.Tensor, filtered: bool,
-                 digit_sums: str = "dot") -> tuple[torch.Tensor, torch.Tensor]:
+                 digit_sums: str = "one-hot") -> tuple[torch.Tensor, torch.Tensor]:
     """`sampling.speculative_sample(sampling.log_probs(logits, ...), drafts, u)` for a deterministic drafter.
 
     logits: [n, V] bf16, fp16 or fp32 (rows may be strided); drafts: [n - 1] int64; u: [>= n] float64 uniforms;
