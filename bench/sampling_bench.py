@@ -23,7 +23,6 @@ import argparse
 import gc
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -124,7 +123,7 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95, only=""):
     starts with `only`)."""
     from bench.gemm_bench import time_us
     from tileinfer import sampling
-    from tileinfer.ops.sample import DIGIT_SUMS, sample_block
+    from tileinfer.ops.sample import sample_block
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=dev).manual_seed(0)
     temperature = torch.ones(1, device=dev)
@@ -160,10 +159,6 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95, only=""):
             "sample_block T=1": lambda: sample_block(logits, drafts, u, temperature, k_all, p_one, False),
             "sample_block top-k, top-p": lambda: sample_block(logits, drafts, u, temperature, k, p, True),
             "sample_block top-p": lambda: sample_block(logits, drafts, u, temperature, k_all, p, True),
-            **{f"sample_block top-k, top-p, {how}": partial(sample_block, logits, drafts, u, temperature, k, p, True,
-                                                            digit_sums=how) for how in DIGIT_SUMS[1:]},
-            **{f"sample_block top-p, {how}": partial(sample_block, logits, drafts, u, temperature, k_all, p, True,
-                                                     digit_sums=how) for how in DIGIT_SUMS[1:]},
         }
         for name, call in pieces.items():
             if not name.startswith(only):

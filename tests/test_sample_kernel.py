@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tileinfer import sampling
-from tileinfer.ops.sample import DIGIT_SUMS, chunk_size, row_filters, sample_block
+from tileinfer.ops.sample import chunk_size, row_filters, sample_block
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -37,11 +37,10 @@ def tensors(temperature, top_k, top_p, vocab, device):
             torch.tensor([top_p or 1.0], device=device))
 
 
-def ours(logits, drafts, u, temperature, top_k, top_p, digit_sums="dot"):
+def ours(logits, drafts, u, temperature, top_k, top_p):
     vocab = logits.shape[-1]
     filtered = sampling.SamplingParams(temperature, top_k, top_p).filtered(vocab)
-    return sample_block(logits, drafts, u, *tensors(temperature, top_k, top_p, vocab, logits.device), filtered,
-                        digit_sums=digit_sums)
+    return sample_block(logits, drafts, u, *tensors(temperature, top_k, top_p, vocab, logits.device), filtered)
 
 
 def block(n, vocab, dtype, gen, scale=3.0, ties=False):
@@ -60,15 +59,14 @@ def same(a, b):
     return torch.equal(ra, oa) and torch.equal(rt[: int(ra) + 1], ot[: int(ra) + 1])
 
 
-@pytest.mark.parametrize("digit_sums", DIGIT_SUMS)
 @pytest.mark.parametrize("dtype, n, vocab, filters, temperature", CASES)
-def test_sample_block_matches_the_reference(dtype, n, vocab, filters, temperature, digit_sums):
+def test_sample_block_matches_the_reference(dtype, n, vocab, filters, temperature):
     gen = torch.Generator().manual_seed(n * 1000 + vocab)
     logits, drafts = block(n, vocab, dtype, gen)
     for _ in range(3 if GPU else 1):
         u = torch.rand(n, generator=gen, dtype=torch.float64).to(DEV)
         args = (logits, drafts, u, temperature, *filters)
-        assert same(reference(*args), ours(*args, digit_sums)), (dtype, n, vocab, filters, temperature, u.tolist())
+        assert same(reference(*args), ours(*args)), (dtype, n, vocab, filters, temperature, u.tolist())
 
 
 def keys(logits):
@@ -78,16 +76,15 @@ def keys(logits):
     return (b ^ ((b >> (width - 1)) & ((1 << (width - 1)) - 1))) + (1 << (width - 1))
 
 
-@pytest.mark.parametrize("digit_sums", DIGIT_SUMS)
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("dtype, n, vocab, filters, temperature", CASES)
-def test_row_filters_keep_what_the_reference_keeps(dtype, n, vocab, filters, temperature, ties, digit_sums):
+def test_row_filters_keep_what_the_reference_keeps(dtype, n, vocab, filters, temperature, ties):
     """The threshold key keeps exactly the logits the reference keeps, and their mass."""
     gen = torch.Generator().manual_seed(n * 1000 + vocab + 1)
     logits, _ = block(n, vocab, dtype, gen, ties=ties)
     params = sampling.SamplingParams(temperature, *filters)
     t, k, p = tensors(temperature, *filters, vocab, logits.device)
-    final = row_filters(logits, t, k, p, params.filtered(vocab), digit_sums)
+    final = row_filters(logits, t, k, p, params.filtered(vocab))
     logp = sampling.log_probs(logits, t, k, p, params.filtered(vocab), params.candidates(vocab))
     kept = keys(logits) >= final[:, 1:2].long()
     assert torch.equal(kept, torch.isfinite(logp)), (kept.sum(-1).tolist(), torch.isfinite(logp).sum(-1).tolist())
@@ -95,15 +92,14 @@ def test_row_filters_keep_what_the_reference_keeps(dtype, n, vocab, filters, tem
     torch.testing.assert_close(final[:, 2], mass, rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("digit_sums", DIGIT_SUMS)
 @pytest.mark.parametrize("filters", [(3, None), (None, 0.5), (40, 0.8)] if GPU else [(None, 0.5)])
-def test_tied_logits_are_kept_or_removed_together(filters, digit_sums):
+def test_tied_logits_are_kept_or_removed_together(filters):
     gen = torch.Generator().manual_seed(7)
     logits, drafts = block(4, 999, torch.bfloat16, gen, ties=True)
     for _ in range(8 if GPU else 2):
         u = torch.rand(4, generator=gen, dtype=torch.float64).to(DEV)
         args = (logits, drafts, u, 1.0, *filters)
-        assert same(reference(*args), ours(*args, digit_sums)), (filters, u.tolist())
+        assert same(reference(*args), ours(*args)), (filters, u.tolist())
 
 
 @pytest.mark.skipif(not GPU, reason="hundreds of draws: a GPU's")

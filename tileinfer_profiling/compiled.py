@@ -50,7 +50,7 @@ PIPES = {
 }
 CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
 STEP_KV = " + q/k norm, RoPE, KV write"  # decode steps with TILEINFER_STEP_KV=1
-SAMPLING = ("", " top-k/p", " top-k/p reduce")  # a sampling step: T > 0 alone, filtered (each way of summing digits)
+SAMPLING = ("", " top-k/p")  # a sampling step: T > 0 alone, and with top-k / top-p
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
                   "FADD", "FMUL", "MUFU", "SHFL", "BAR")
@@ -378,8 +378,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         vocab = int(case.shape.split("x")[1])
         sample.sample_block(torch.empty(t, vocab, dtype=bf16), torch.zeros(t - 1, dtype=torch.int64),
                             torch.zeros(t, dtype=torch.float64), torch.ones(1), torch.ones(1, dtype=torch.int64),
-                            torch.ones(1), filtered=case.op != "sample_block",
-                            digit_sums="reduce" if case.op.endswith("reduce") else "one-hot")
+                            torch.ones(1), filtered=case.op != "sample_block")
         return ""
     if case.op == "silu_mul":
         swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16))

@@ -7,10 +7,12 @@ a row is cut into chunks, one program each:
 
 1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits.
 2. top-k, then top-p: a radix select of one threshold per row on the logits' order-preserving integer
-   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts (top-k) or
-   sums the probability mass (top-p) of its chunk per digit; the next launch's programs each reduce
-   all chunks' sums in the same order, so every program picks the same digit, and chunk 0 records it.
-   A row's threshold keeps a group of tied logits whole, as the reference's does.
+   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts and sums
+   the probability mass of its chunk's keys per digit (each thread into its own one-hot sums, reduced
+   once); the next launch's programs each reduce all chunks' sums in the same order, so every program
+   picks the same digit (top-k by counts, top-p by mass), and chunk 0 records it. A chunk whose largest
+   key is below the range, or that held no key in the digit chosen, is left out. A row's threshold
+   keeps a group of tied logits whole, as the reference's does.
 3. `_finish_kernel`: per row its max, threshold and the mass kept.
 4. `_mass_kernel`: the accept test of the drafts (u_i < p(draft_i)), then the float64 mass per chunk of
    the row the token is drawn from (the residual: the rejected draft's probability taken out).
@@ -32,8 +34,7 @@ DIGIT_BITS = 4
 DIGITS = 1 << DIGIT_BITS
 _DIGIT_BITS, _DIGITS = tl.constexpr(DIGIT_BITS), tl.constexpr(DIGITS)  # as the kernels read them
 MIN_CHUNK, MAX_CHUNK = 1024, 4096
-DIGIT_SUMS = ("one-hot", "histogram", "reduce")  # how a radix pass sums per digit (`row_filters`)
-SUB = {"one-hot": 256, "histogram": 256, "reduce": 512}  # logits a radix pass takes at a time
+SUB = 256  # logits a radix pass takes at a time
 PROGRAMS = 264  # two per SM of an H100/H200, shared by the rows
 
 
@@ -149,8 +150,7 @@ def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, 
 @triton.jit
 def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_ptr, part_ptr, kstate_ptr, kpart_ptr,
                        V, P, n_rows, J, TOP_P: tl.constexpr, KEY_BITS: tl.constexpr,
-                       CHUNK: tl.constexpr, SUB: tl.constexpr, ONE_HOT: tl.constexpr, HISTOGRAM: tl.constexpr,
-                       P_BLOCK: tl.constexpr,
+                       CHUNK: tl.constexpr, SUB: tl.constexpr, P_BLOCK: tl.constexpr,
                        PDL: tl.constexpr):
     """Pass J of a row's top-k (counts) or top-p (masses) search over one chunk: sums per digit of the
     keys in the range the passes before chose. kstate/kpart: the top-k search's buffers, which top-p reads."""
@@ -195,38 +195,17 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
         d = tl.arange(0, 16)
         counts = tl.zeros((16,), tl.float32)
         mass = tl.zeros((16,), tl.float32)
-        if live:
-            if HISTOGRAM:  # counts by tl.histogram, [16, SUB] weights held across the chunk, reduced once
-                bins = tl.zeros((32,), tl.int32)
-                weights = tl.zeros((16, SUB), tl.float32)
-                for start in tl.range(0, CHUNK, SUB):
-                    offs = c * CHUNK + start + tl.arange(0, SUB)
-                    digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                    bins += tl.histogram(digit.to(tl.int32), 32)
-                    weights += tl.where(d[:, None] == digit[None, :], w[None, :], 0.0)
-                b = tl.arange(0, 32)
-                counts = tl.sum(tl.where(b[None, :] == d[:, None], bins[None, :], 0), axis=1).to(tl.float32)
-                mass = tl.sum(weights, axis=1)
-            elif ONE_HOT:  # [16, SUB] sums held across the chunk, each thread its own logits, reduced once
-                hits = tl.zeros((16, SUB), tl.float32)
-                weights = tl.zeros((16, SUB), tl.float32)
-                for start in tl.range(0, CHUNK, SUB):
-                    offs = c * CHUNK + start + tl.arange(0, SUB)
-                    digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                    hit = d[:, None] == digit[None, :]
-                    hits += hit.to(tl.float32)
-                    weights += tl.where(hit, w[None, :], 0.0)
-                counts = tl.sum(hits, axis=1)
-                mass = tl.sum(weights, axis=1)
-            else:  # per sub-block holding a key in the range: one reduction across the warps per digit
-                for start in tl.range(0, CHUNK, SUB):
-                    offs = c * CHUNK + start + tl.arange(0, SUB)
-                    digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                    if tl.min(digit, axis=0) < _DIGITS:
-                        for dd in tl.static_range(16):
-                            hit = digit == dd
-                            counts += tl.where(d == dd, tl.sum(tl.where(hit, 1.0, 0.0), axis=0), 0.0)
-                            mass += tl.where(d == dd, tl.sum(tl.where(hit, w, 0.0), axis=0), 0.0)
+        if live:  # [16, SUB] sums held across the chunk, each thread adding its own logits, reduced once
+            hits = tl.zeros((16, SUB), tl.float32)
+            weights = tl.zeros((16, SUB), tl.float32)
+            for start in tl.range(0, CHUNK, SUB):
+                offs = c * CHUNK + start + tl.arange(0, SUB)
+                digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
+                hit = d[:, None] == digit[None, :]
+                hits += hit.to(tl.float32)
+                weights += tl.where(hit, w[None, :], 0.0)
+            counts = tl.sum(hits, axis=1)
+            mass = tl.sum(weights, axis=1)
         base = part_ptr + ((J * n_rows + row) * P + c) * 32
         tl.store(base + d, counts)
         tl.store(base + 16 + d, mass)
@@ -343,13 +322,10 @@ def buffers(rows: int, vocab: int, dtype: torch.dtype, filtered: bool) -> dict:
 
 
 def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                filtered: bool, digit_sums: str = "one-hot", buf: dict | None = None) -> torch.Tensor:
+                filtered: bool, buf: dict | None = None) -> torch.Tensor:
     """Per row of logits [n, V], what `sampling.log_probs` keeps: [n, 4] float64 of (max of x / T, the
     threshold key: the logits whose order-preserving key (`_keys`) is at or above it are kept, their
-    mass sum(exp(x / T - max)), unused). `digit_sums`: how the radix passes sum per digit, "one-hot"
-    (each thread adds its logits' one-hot digits and weights into [16, 256] sums, reduced once a chunk),
-    "histogram" (the same for the weights, the counts by `tl.histogram`) or "reduce" (a reduction across the warps per digit and 512 logits, where they hold a key in the range). `buf`: `buffers`' tensors, allocated here if None."""
-    assert digit_sums in DIGIT_SUMS, f"digit_sums must be one of {DIGIT_SUMS}, got {digit_sums!r}"
+    mass sum(exp(x / T - max)), unused). `buf`: `buffers`' tensors, allocated here if None."""
     n, vocab = logits.shape
     if buf is None:
         buf = {name: torch.empty(shape, dtype=dtype, device=logits.device)
@@ -368,9 +344,7 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
             for j in range(key_bits // DIGIT_BITS):
                 _radix_pass_kernel[(n, P)](*args, top_k, top_p, stats, state[search], part[search], state[0], part[0],
                                            vocab, P, n, j, TOP_P=bool(search), KEY_BITS=key_bits, CHUNK=chunk,
-                                           SUB=min(chunk, SUB[digit_sums]), ONE_HOT=digit_sums == "one-hot",
-                                           HISTOGRAM=digit_sums == "histogram",
-                                           P_BLOCK=p_block, num_warps=4, **pdl)
+                                           SUB=min(chunk, SUB), P_BLOCK=p_block, num_warps=4, **pdl)
         kstate, kpart, pstate, ppart = state[0], part[0], state[1], part[1]
     else:
         kstate = kpart = pstate = ppart = stats
@@ -380,13 +354,12 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
 
 
 def sample_block(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
-                 top_k: torch.Tensor, top_p: torch.Tensor, filtered: bool,
-                 digit_sums: str = "one-hot") -> tuple[torch.Tensor, torch.Tensor]:
+                 top_k: torch.Tensor, top_p: torch.Tensor, filtered: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """`sampling.speculative_sample(sampling.log_probs(logits, ...), drafts, u)` for a deterministic drafter.
 
     logits: [n, V] bf16, fp16 or fp32 (rows may be strided); drafts: [n - 1] int64; u: [>= n] float64 uniforms;
     temperature / top_p: float32 [1]; top_k: int64 [1]; filtered: whether top-k / top-p may remove
-    anything (else their launches are left out); digit_sums: as `row_filters`.
+    anything (else their launches are left out).
     Returns (accepted [1] int64, tokens [n] int64)."""
     assert logits.dim() == 2 and logits.stride(-1) == 1, "logits must be [n, V] with contiguous rows"
     assert logits.dtype in (torch.bfloat16, torch.float16, torch.float32), \
@@ -404,7 +377,7 @@ def sample_block(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, te
     u = u.contiguous()
     buf = {name: torch.empty(shape, dtype=dtype, device=dev)
            for name, (shape, dtype) in buffers(n, vocab, logits.dtype, filtered).items()}
-    final = row_filters(logits, temperature, top_k, top_p, filtered, digit_sums, buf)
+    final = row_filters(logits, temperature, top_k, top_p, filtered, buf)
     chunk_mass, accepted, tokens = buf["chunk_mass"], buf["accepted"], buf["tokens"]
     args = (logits, logits.stride(0), temperature)
     _mass_kernel[(P,)](*args, drafts, u, final, chunk_mass, accepted, vocab, n, KEY_BITS=key_bits, CHUNK=chunk,
