@@ -217,22 +217,24 @@ def _one(folder, pattern):
 
 
 @pytest.mark.slow
-def test_sampling_bench_smoke(tmp_path, capsys):
-    """bench/sampling_bench.py end to end at tiny sizes (its GPU run is the real one)."""
+@pytest.mark.parametrize("part", ["distribution", "cost", "acceptance", "ops"])
+def test_sampling_bench_smoke(part, tmp_path, capsys):
+    """bench/sampling_bench.py end to end at tiny sizes, a part at a time (its GPU run is the real one)."""
     import pandas as pd
 
     from bench import sampling_bench
 
-    sampling_bench.main(["--smoke", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+    sampling_bench.main(["--smoke", "--parts", part, "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
     out = capsys.readouterr().out
-    assert "tokens per step" in out.splitlines()[-3]
-    for part in ("distribution", "cost", "acceptance"):
-        df = pd.read_csv(_one(tmp_path, f"sampling_{part}_*.csv"))
-        assert len(df) and {"gpu", "torch", "triton", "git_rev", "command", "weights_kind"} <= set(df.columns)
-    cost = pd.read_csv(_one(tmp_path, "sampling_cost_*.csv"))
-    assert set(cost["sampling"]) == set(sampling_bench.MODES) and (cost["step_ms"] > 0).all()
-    temps = pd.read_csv(_one(tmp_path, "sampling_acceptance_*.csv"))
-    assert sorted(set(temps["temperature"])) == [0.0, 0.6, 1.0]
+    df = pd.read_csv(_one(tmp_path, f"sampling_{part}_*.csv"))
+    assert len(df) and {"gpu", "torch", "triton", "git_rev", "command", "weights_kind"} <= set(df.columns)
+    if part == "cost":
+        assert set(df["sampling"]) == set(sampling_bench.MODES) and (df["step_ms"] > 0).all()
+    if part == "acceptance":
+        assert sorted(set(df["temperature"])) == [0.0, 0.6, 1.0]
+        assert "tokens per step" in out.splitlines()[-3]
+    if part == "ops":
+        assert {"sample_block T=1", "sample_block top-k, top-p"} <= set(df["piece"]) and (df["us"] > 0).all()
 
 
 @pytest.fixture(scope="module")
