@@ -20,7 +20,10 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
 `verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
-waiting on the host between steps.
+waiting on the host between steps. `--launches` also writes floor_launches_<gpu>.csv: every launch of a
+plain and a DFlash step (tileinfer_profiling.launches), its own and whole time inside the step's graph (on
+a GPU; the eager run's elsewhere) beside the bytes its role must read (a target layer's four GEMMs and
+attention, the LM head) over the same bandwidth.
 """
 
 import argparse
@@ -41,6 +44,7 @@ import tileinfer  # noqa: E402
 from bench.engine_bench import POINTS, checkpoints, replayed, timed  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer_profiling.launches import launch_sites, target_roles  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer.ops import decode_attention, gemm_configs, pdl  # noqa: E402
@@ -50,14 +54,29 @@ MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
 PROFILE_TOKENS = 24
 
 
-def launches(engine, ids, block_size, accept_profile):
-    """(target launches per layer, launches per step) in the decoding steps of a short profiled run."""
-    prof = profile_step(engine, ids, block_size=block_size, max_new_tokens=PROFILE_TOKENS, graphs=False,
-                        accept_profile=accept_profile)
+def launches(engine, ids, block_size, accept_profile, graphs=False):
+    """((target launches per layer, launches per step) in the decoding steps of a short profiled run, the
+    profile); `graphs`: the same run also traced from its CUDA graphs (on a GPU)."""
+    prof = profile_step(engine, ids, block_size=block_size, max_new_tokens=PROFILE_TOKENS,
+                        graphs=graphs and torch.cuda.is_available(), accept_profile=accept_profile)
     steps = max(1, prof.stats.get("steps") or 1)
     k = prof.kernels[prof.kernels["phase"] != "prefill"]
     in_layers = k[(k["model"] == "target") & k["layer"].notna()]
-    return len(in_layers) / steps / engine.config.num_hidden_layers, len(k) / steps
+    return (len(in_layers) / steps / engine.config.num_hidden_layers, len(k) / steps), prof
+
+
+def site_rows(prof, config, kv_len, weights, bandwidth):
+    """One row per launch of a decoding step (`tileinfer_profiling.launches`): where it runs, its own and
+    whole time inside the step's graph, the bytes its role must read and their time at `bandwidth`."""
+    try:
+        sites, unattributed = launch_sites(prof.kernels, prof.graph_kernels)
+    except ValueError as e:  # the step timings stand without them
+        print(f"no launch table for this step: {e}", flush=True)
+        return []
+    sites = target_roles(sites, config, kv_len, weights)
+    sites["floor_us"] = sites["floor_bytes"] / bandwidth * 1e6
+    sites["unattributed_share"] = unattributed
+    return sites.to_dict("records")
 
 
 def _is_rows(text):
@@ -68,19 +87,23 @@ def _is_rows(text):
         return False
 
 
+def pdl_label(device):
+    return "on" if pdl.enabled_for(device) else "off"
+
+
 def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts, device):
     per_layer = (r["step_ms"] - floor_ms) * 1e3 / layers
     return dict(model=model, weights=weights, mode=mode, point=point, accept=accept, linears=linears,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
-                us_per_layer_over_floor=per_layer, pdl="on" if pdl.enabled_for(device) else "off",
+                us_per_layer_over_floor=per_layer, pdl=pdl_label(device),
                 prefetch_k=gemm_configs.prefetch_k(), kv_prefetch=decode_attention.kv_prefetch_label(device),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
                 drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
 
 
-def measure_model(model, args, bandwidth, record, cublas=True):
+def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None):
     target, drafter = checkpoints(model, Path(args.root))
     g = torch.Generator().manual_seed(0)
     for weights in args.weights:
@@ -91,12 +114,18 @@ def measure_model(model, args, bandwidth, record, cublas=True):
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
             kv = len(ids) + args.new_tokens // 2
             plain_floor = step_bytes(cfg, kv, 1, weights) / bandwidth * 1e3
-            counts = launches(engine, ids, 1, None)
+            counts, prof = launches(engine, ids, 1, None, graphs=record_sites is not None)
+            if record_sites:
+                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), model=model, weights=weights, mode="plain",
+                             point=point, accept="-", pdl=pdl_label(engine.device), **fused)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
             record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts,
                              engine.device) | fused)
             dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
-            counts = launches(engine, ids, engine.block_max, replayed(point)[0])
+            counts, prof = launches(engine, ids, engine.block_max, replayed(point)[0], graphs=record_sites is not None)
+            if record_sites:
+                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), model=model, weights=weights, mode="dflash",
+                             point=point, accept=f"replay:{replayed(point)[0]}", pdl=pdl_label(engine.device), **fused)
             for tps in replayed(point):
                 r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
                 record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
@@ -110,7 +139,7 @@ def measure_model(model, args, bandwidth, record, cublas=True):
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
             floor = step_bytes(cfg, len(ids) + args.new_tokens // 2, 1, "bf16") / bandwidth * 1e3
-            counts = launches(engine, ids, 1, None)
+            counts, _ = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
             record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device)
                    | {"fuse_norms": "off", "step_kv": "off", "prefetch_k": 0})
@@ -152,6 +181,9 @@ def main(argv=None):
     parser.add_argument("--kv-prefetch", default="on",
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
+    parser.add_argument("--launches", action="store_true",
+                        help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
+                             "(floor_launches_<gpu>.csv)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     args = parser.parse_args(argv)
     try:
@@ -177,11 +209,14 @@ def main(argv=None):
     if math.isnan(bandwidth):
         parser.error("no read bandwidth: measure it on a GPU or give --bandwidth-gbs")
     base = {**env, "command": command_line(), "weights_kind": "random"}
-    rows = []
+    rows, site_table = [], []
 
     def record(row):
         rows.append({**row, **base})
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+
+    def record_sites(sites, **key):
+        site_table.extend({**key, **site, **base} for site in sites)
 
     tic = time.perf_counter()
     for setting in args.pdl:
@@ -196,9 +231,12 @@ def main(argv=None):
                 with switches_env(fuse_norms=fuse == "on", step_kv=step_kv == "on"):  # read by the engines loaded inside
                     first = (fuse, blocks, kv, step_kv) == (args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0],
                                                             args.step_kv[0])
-                    measure_model(model, args, bandwidth, record, cublas=first)
+                    measure_model(model, args, bandwidth, record, cublas=first,
+                                  record_sites=record_sites if args.launches else None)
                 # written after each model, so a run cut short keeps what it measured
                 path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                if site_table:
+                    write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                 print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
                       f"step K/V {step_kv}: done at "
                       f"{time.perf_counter() - tic:.0f} s", flush=True)

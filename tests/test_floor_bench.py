@@ -23,12 +23,32 @@ def tuned_kv_prefetch():
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory):
+def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("floor")
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--new-tokens", "6", "--repeats", "1", "--pdl", "off",
-                      "--bandwidth-gbs", "50", "--out", str(out), "--root", str(out / "checkpoints")])
-    (path,) = out.glob("floor_*.csv")
+                      "--bandwidth-gbs", "50", "--launches", "--out", str(out), "--root", str(out / "checkpoints")])
+    return out
+
+
+@pytest.fixture(scope="module")
+def table(run):
+    (path,) = run.glob("floor_[!l]*.csv")
     return pd.read_csv(path)
+
+
+def test_each_launch_of_a_step_beside_the_bytes_its_role_reads(run):
+    (path,) = run.glob("floor_launches_*.csv")
+    sites = pd.read_csv(path)
+    assert set(zip(sites["weights"], sites["mode"])) == {("bf16", "plain"), ("bf16", "dflash"), ("int8", "plain"),
+                                                         ("int8", "dflash")}
+    plain = sites[(sites["weights"] == "bf16") & (sites["mode"] == "plain")]
+    for role in ("qkv", "o", "gate_up", "down"):
+        assert (plain["role"] == role).sum() == TINY.layers
+    assert (plain["role"] == "lm_head").sum() == 1
+    timed = sites.dropna(subset=["floor_bytes"])
+    assert timed["floor_us"].tolist() == pytest.approx((timed["floor_bytes"] / 50e9 * 1e6).tolist())
+    assert (sites["timed_in"] == ("graphs" if torch.cuda.is_available() else "eager")).all()
+    assert (sites["own_us"] >= 0).all() and sites["git_rev"].notna().all()
 
 
 def test_a_row_per_configuration_beside_its_floor(table):
