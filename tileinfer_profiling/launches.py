@@ -18,10 +18,13 @@ from tileinfer.shapes import ModelShape
 SITE_COLUMNS = ["site", "model", "layer", "part", "kernel_class", "rank", "name"]
 
 
-def _in_steps(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The kernels of decoding steps (a phase other than prefill), in start order."""
-    k = kernels[kernels["phase"].notna() & (kernels["phase"] != "prefill")]
-    return k.sort_values("start_us", kind="stable").reset_index(drop=True)
+def _in_steps(kernels: pd.DataFrame, attributed: bool = True) -> pd.DataFrame:
+    """The kernels of decoding steps, in start order: those of a phase other than prefill (`attributed`,
+    as an eager trace has them), or every kernel outside prefill (a graph's replays carry no phase)."""
+    keep = kernels["phase"] != "prefill"
+    if attributed:
+        keep &= kernels["phase"].notna()
+    return kernels[keep].sort_values("start_us", kind="stable").reset_index(drop=True)
 
 
 def _steps(k: pd.DataFrame) -> pd.Series:
@@ -67,8 +70,8 @@ def launch_sites(eager: pd.DataFrame, graphs: pd.DataFrame | None = None) -> tup
     steps, from `graphs`, else from the eager trace), `timed_in` ("graphs"/"eager"), `calls`; the share
     of the timed trace's kernels left unattributed)."""
     sequence = step_sequence(eager)
-    source, timed_in = (graphs, "graphs") if graphs is not None and len(graphs) else (eager, "eager")
-    k = _in_steps(source)
+    timed_in = "graphs" if graphs is not None and len(graphs) else "eager"
+    k = _in_steps(graphs, attributed=False) if timed_in == "graphs" else _in_steps(eager)
     k = k.assign(site=align(sequence, k))
     unattributed = float((k["site"] < 0).mean()) if len(k) else 0.0
     times = (k[k["site"] >= 0].groupby("site")
