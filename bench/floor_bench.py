@@ -44,7 +44,6 @@ import tileinfer  # noqa: E402
 from bench.engine_bench import POINTS, checkpoints, replayed, timed  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
-from tileinfer_profiling.launches import launch_sites, target_roles  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer.ops import decode_attention, gemm_configs, pdl  # noqa: E402
@@ -66,17 +65,14 @@ def launches(engine, ids, block_size, accept_profile, graphs=False):
 
 
 def site_rows(prof, config, kv_len, weights, bandwidth):
-    """One row per launch of a decoding step (`tileinfer_profiling.launches`): where it runs, its own and
-    whole time inside the step's graph, the bytes its role must read and their time at `bandwidth`."""
+    """One row per launch of a decoding step (`StepProfile.launch_table`): where it runs, its own and whole
+    time inside the step's graph, the bytes its role must read and their time at `bandwidth`."""
     try:
-        sites, unattributed = launch_sites(prof.kernels, prof.graph_kernels)
+        sites = prof.launch_table(config, kv_len, weights)
     except ValueError as e:  # the step timings stand without them
         print(f"no launch table for this step: {e}", flush=True)
         return []
-    sites = target_roles(sites, config, kv_len, weights)
-    sites["floor_us"] = sites["floor_bytes"] / bandwidth * 1e6
-    sites["unattributed_share"] = unattributed
-    return sites.to_dict("records")
+    return sites.assign(floor_us=sites["floor_bytes"] / bandwidth * 1e6).to_dict("records")
 
 
 def _is_rows(text):

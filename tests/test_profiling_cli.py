@@ -86,6 +86,11 @@ def test_step_on_a_tiny_random_checkpoint(tmp_path):
     assert summary["prompt_tokens"].iloc[0] == 12
     for name in ("kernels.csv", "per_layer.html", "gemm_vs_attention.html", "tokens_per_step.html"):
         assert (out / name).exists()
+    launches = pd.read_csv(out / "launches.csv")
+    assert {"qkv", "o", "gate_up", "down"} <= set(launches["role"])
+    assert (launches["timed_in"] == ("graphs" if on_gpu else "eager")).all()
+    gemms = launches.dropna(subset=["floor_bytes"])
+    assert (gemms["gb_s"] > 0).all()
 
 
 @pytest.mark.slow

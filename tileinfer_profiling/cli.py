@@ -150,6 +150,10 @@ def _step(args):
     _write(out, "per_layer", prof.per_layer(), figures["per_layer"])
     _write(out, "gemm_vs_attention", breakdown.reset_index(), figures["gemm_vs_attention"])
     _write(out, "tokens_per_step", _tps_frame(prof.tokens_per_step), figures["tokens_per_step"])
+    try:
+        _write(out, "launches", prof.launch_table(engine.config, len(prompt) + args.new_tokens // 2, args.weights), {})
+    except ValueError as e:  # e.g. a reply of one token has no decoding step
+        print(f"no launch table: {e}", file=sys.stderr)
     print(prof.summary.T.to_string())
 
 

@@ -14,6 +14,7 @@ import torch
 
 from tileinfer_profiling.aggregate import gemm_vs_attention_ms, kernel_table, per_layer
 from tileinfer_profiling.busy import busy_fraction
+from tileinfer_profiling.launches import launch_sites, target_roles
 from tileinfer_profiling.trace import KERNEL_CLASSES, _trace
 from tileinfer import tracing
 from tileinfer.errors import ConfigError
@@ -43,6 +44,14 @@ class StepProfile:
     def kernel_table(self, top=15):
         """The `top` kernels of a decoding step (all of them for None), `aggregate.kernel_table`."""
         return kernel_table(self.kernels, max(1, self.stats.get("steps") or 1), top)
+
+    def launch_table(self, config, kv_len, weights="bf16"):
+        """Each launch of a decoding step, timed inside the step's graph where it ran in one
+        (`launches.launch_sites`), with its role in the target, the bytes that role reads at `kv_len`
+        cached positions (`launches.target_roles`) and the GB/s its own time reached."""
+        sites, unattributed = launch_sites(self.kernels, self.graph_kernels)
+        sites = target_roles(sites, config, kv_len, weights)
+        return sites.assign(gb_s=sites["floor_bytes"] / sites["own_us"] / 1e3, unattributed_share=unattributed)
 
 
 def _stats_dict(generation):
