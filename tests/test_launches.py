@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tileinfer.shapes import ModelShape
-from tileinfer_profiling.launches import align, launch_sites, step_sequence, target_roles
+from tileinfer_profiling.launches import align, launch_sites, role_summary, step_sequence, target_roles
 
 # one decoding step of a two-layer target: qkv, rope, attention, o, gate_up, down per layer, then the LM head
 LAYER = [("gemm", "attention", "_skinny_gemm_kernel"), ("norm_rope", "attention", "_qk_norm_rope_kernel"),
@@ -81,3 +81,13 @@ def test_roles_carry_the_bytes_they_must_read():
     assert math.isnan(by["norm_rope"])
     int8 = target_roles(table, shape, kv_len=100, weights="int8").groupby("role")["floor_bytes"].first()
     assert int8["gate_up"] == 2 * 96 * 64 + 2 * 96 * 4  # one byte a weight and an fp32 scale a row
+
+
+def test_roles_summed_per_step():
+    shape = ModelShape(hidden=64, intermediate=96, layers=2, q_heads=4, kv_heads=2, head_dim=16, vocab=500)
+    table, _ = launch_sites(trace(1, own=lambda i: 2.0))
+    summary = role_summary(target_roles(table, shape, kv_len=100)).set_index("role")
+    assert summary.loc["qkv", "launches"] == 2 and summary.loc["qkv", "us_per_step"] == 4.0
+    assert summary.loc["qkv", "gb_s"] == pytest.approx(2 * shape.qkv_rows * 64 * 2 / 4.0 / 1e3)
+    assert math.isnan(summary.loc["norm_rope", "gb_s"])  # no bytes of its own counted
+    assert summary["us_per_step"].is_monotonic_decreasing

@@ -100,3 +100,14 @@ def target_roles(sites: pd.DataFrame, config, kv_len: int, weights: str = "bf16"
         roles.append(role)
         floors.append(floor)
     return sites.assign(role=roles, floor_bytes=floors)
+
+
+def role_summary(sites: pd.DataFrame) -> pd.DataFrame:
+    """A launch table (`target_roles`' rows) per model and role: launches per step, µs per step and per
+    launch (own times), the bytes per step and the GB/s they were read at; most time first."""
+    g = sites.groupby(["model", "role"], dropna=False)
+    out = g.agg(launches=("site", "size"), us_per_step=("own_us", "sum"), us_per_launch=("own_us", "mean"),
+                bytes_per_step=("floor_bytes", "sum")).reset_index()
+    out["bytes_per_step"] = out["bytes_per_step"].where(g["floor_bytes"].count().to_numpy() > 0)
+    out["gb_s"] = out["bytes_per_step"] / out["us_per_step"] / 1e3
+    return out.sort_values("us_per_step", ascending=False, ignore_index=True)
