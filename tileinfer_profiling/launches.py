@@ -41,10 +41,9 @@ def step_sequence(eager: pd.DataFrame) -> pd.DataFrame:
     k = _in_steps(eager)
     if not len(k):
         raise ValueError("the eager trace has no decoding steps")
-    groups = {n: g for n, g in k.groupby(_steps(k), sort=True)}
-    counts = Counter(tuple(g["name"]) for g in groups.values())
-    names, _ = counts.most_common(1)[0]
-    one = next(g for g in groups.values() if tuple(g["name"]) == names)
+    steps = [g for _, g in k.groupby(_steps(k), sort=True)]
+    names, _ = Counter(tuple(g["name"]) for g in steps).most_common(1)[0]
+    one = next(g for g in steps if tuple(g["name"]) == names)
     one = one[["model", "layer", "part", "kernel_class", "name"]].reset_index(drop=True)
     one["site"] = range(len(one))
     one["rank"] = one.groupby(["model", "layer", "part", "kernel_class"], dropna=False).cumcount()
@@ -107,7 +106,6 @@ def role_summary(sites: pd.DataFrame) -> pd.DataFrame:
     launch (own times), the bytes per step and the GB/s they were read at; most time first."""
     g = sites.groupby(["model", "role"], dropna=False)
     out = g.agg(launches=("site", "size"), us_per_step=("own_us", "sum"), us_per_launch=("own_us", "mean"),
-                bytes_per_step=("floor_bytes", "sum")).reset_index()
-    out["bytes_per_step"] = out["bytes_per_step"].where(g["floor_bytes"].count().to_numpy() > 0)
+                bytes_per_step=("floor_bytes", lambda b: b.sum(min_count=1))).reset_index()
     out["gb_s"] = out["bytes_per_step"] / out["us_per_step"] / 1e3
     return out.sort_values("us_per_step", ascending=False, ignore_index=True)
