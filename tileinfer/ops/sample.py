@@ -7,12 +7,12 @@ a row is cut into chunks, one program each:
 
 1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits.
 2. top-k, then top-p: a radix select of one threshold per row on the logits' order-preserving integer
-   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts and sums
-   the probability mass of its chunk's keys per digit (each thread into its own one-hot sums, reduced
-   once); the next launch's programs each reduce all chunks' sums in the same order, so every program
-   picks the same digit (top-k by counts, top-p by mass), and chunk 0 records it. A chunk whose largest
-   key is below the range, or that held no key in the digit chosen, is left out. A row's threshold
-   keeps a group of tied logits whole, as the reference's does.
+   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts its
+   chunk's keys per digit (top-p also sums their probability mass; each thread into its own sums,
+   reduced once); the next launch's programs each reduce all chunks' sums in the same order, so every
+   program picks the same digit (top-k by counts, top-p by mass), and chunk 0 records it. A chunk whose
+   largest key is below the range, or that held no key in the digit chosen, is left out. A row's
+   threshold keeps a group of tied logits whole, as the reference's does.
 3. `_finish_kernel`: per row its max, threshold and the mass kept.
 4. `_mass_kernel`: the accept test of the drafts (u_i < p(draft_i)), then the float64 mass per chunk of
    the row the token is drawn from (the residual: the rejected draft's probability taken out).
@@ -109,26 +109,31 @@ def _select(state_ptr, part_ptr, row, n_rows, P, j, top_k, p_mass,
 
 
 @triton.jit
-def _topk_result(state_ptr, part_ptr, z, row, n_rows, P, top_k, V, KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr):
-    """(k-th largest key, mass of the keys at or above it): the lowest key and the row's whole mass z
-    without a top-k."""
+def _kth_key(state_ptr, part_ptr, row, n_rows, P, top_k, V, KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr):
+    """The k-th largest key of a row: the lowest key without a top-k."""
     kth = tl.zeros((), tl.int64)
-    kept = z.to(tl.float64)
     if top_k < V:
-        kth, _c, _a, kept = _select(state_ptr, part_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k, 0.0,
-                                    False, KEY_BITS, P_BLOCK)
-    return kth, kept
+        kth, _c, _a, _i = _select(state_ptr, part_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k, 0.0,
+                                  False, KEY_BITS, P_BLOCK)
+    return kth
 
 
 @triton.jit
-def _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS: tl.constexpr):
-    """The next digit of each key at offs in the range [lo, lo + 2**width) at or above kth (DIGITS for a
-    key outside it), and its weight exp(x / T - max)."""
+def _kept_mass(ppart_ptr, row, P, P_BLOCK: tl.constexpr):
+    """The mass of a row's keys at or above its k-th largest: all of the top-p search's first pass's."""
+    _counts, mass = _digit_sums(ppart_ptr, row, P, P_BLOCK)
+    return tl.sum(mass.to(tl.float64), axis=0)
+
+
+@triton.jit
+def _digits(x_ptr, stride_x, row, offs, V, kth, lo, width, KEY_BITS: tl.constexpr):
+    """The next digit (int32) of each key at offs in the range [lo, lo + 2**width) at or above kth (DIGITS
+    for a key outside it), and the logits."""
     x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
     key = _keys(x, KEY_BITS)
     inside = (offs < V) & (key >= kth) & ((key >> width) == (lo >> width))
-    digit = tl.where(inside, (key >> (width - _DIGIT_BITS)) & (_DIGITS - 1), _DIGITS)
-    return digit, tl.exp(x.to(tl.float32) / t - m)
+    digit = tl.where(inside, ((key >> (width - _DIGIT_BITS)) & (_DIGITS - 1)).to(tl.int32), _DIGITS)
+    return digit, x
 
 
 @triton.jit
@@ -152,8 +157,9 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
                        V, P, n_rows, J, TOP_P: tl.constexpr, KEY_BITS: tl.constexpr,
                        CHUNK: tl.constexpr, SUB: tl.constexpr, P_BLOCK: tl.constexpr,
                        PDL: tl.constexpr):
-    """Pass J of a row's top-k (counts) or top-p (masses) search over one chunk: sums per digit of the
-    keys in the range the passes before chose. kstate/kpart: the top-k search's buffers, which top-p reads."""
+    """Pass J of a row's top-k (counts) or top-p (counts and masses) search over one chunk: sums per digit
+    of the keys in the range the passes before chose. kstate/kpart: the top-k search's buffers, which
+    top-p reads. Top-p's first pass also runs for a top-k alone: its masses sum to the mass top-k keeps."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
@@ -161,18 +167,18 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
     top_k = tl.load(k_ptr)
     top_p = tl.load(p_ptr)
     if TOP_P:
-        active = top_p < 1
+        active = (top_p < 1) | ((J == 0) & (top_k < V))
     else:
         active = top_k < V
     if active:
         t = tl.load(t_ptr)
         m, z = _row_max_sum(stats_ptr, row, P, t, P_BLOCK)
+        p_mass = tl.zeros((), tl.float64)
+        kth = tl.zeros((), tl.int64)
         if TOP_P:
-            kth, kept = _topk_result(kstate_ptr, kpart_ptr, z, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
-            p_mass = top_p.to(tl.float64) * kept
-        else:
-            kth = tl.zeros((), tl.int64)
-            p_mass = tl.zeros((), tl.float64)
+            kth = _kth_key(kstate_ptr, kpart_ptr, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
+            if J > 0:
+                p_mass = top_p.to(tl.float64) * _kept_mass(part_ptr, row, P, P_BLOCK)
         lo = tl.zeros((), tl.int64)
         above_count = tl.zeros((), tl.float64)
         above_mass = tl.zeros((), tl.float64)
@@ -195,17 +201,27 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
         d = tl.arange(0, 16)
         counts = tl.zeros((16,), tl.float32)
         mass = tl.zeros((16,), tl.float32)
-        if live:  # [16, SUB] sums held across the chunk, each thread adding its own logits, reduced once
-            hits = tl.zeros((16, SUB), tl.float32)
+        if live:
+            # Each thread counts its own logits per digit in bytes of two words (digits 0-7, 8-15; a chunk
+            # gives a thread at most CHUNK / SUB <= 16 logits), and top-p sums their weights into [16, SUB];
+            # both are reduced once, at the chunk's end. A sub-block with no key in the range is passed by.
+            low = tl.zeros((SUB,), tl.int64)
+            high = tl.zeros((SUB,), tl.int64)
             weights = tl.zeros((16, SUB), tl.float32)
             for start in tl.range(0, CHUNK, SUB):
                 offs = c * CHUNK + start + tl.arange(0, SUB)
-                digit, w = _digits(x_ptr, stride_x, row, offs, V, t, m, kth, lo, width, KEY_BITS)
-                hit = d[:, None] == digit[None, :]
-                hits += hit.to(tl.float32)
-                weights += tl.where(hit, w[None, :], 0.0)
-            counts = tl.sum(hits, axis=1)
-            mass = tl.sum(weights, axis=1)
+                digit, x = _digits(x_ptr, stride_x, row, offs, V, kth, lo, width, KEY_BITS)
+                if tl.min(digit, axis=0) < _DIGITS:
+                    one = tl.full((SUB,), 1, tl.int64) << ((digit & 7) * 8).to(tl.int64)
+                    low += tl.where(digit < 8, one, 0)
+                    high += tl.where((digit >= 8) & (digit < _DIGITS), one, 0)
+                    if TOP_P:
+                        w = tl.exp(x.to(tl.float32) / t - m)
+                        weights += tl.where(d[:, None] == digit[None, :], w[None, :], 0.0)
+            word = tl.where(d[:, None] < 8, low[None, :], high[None, :])
+            counts = tl.sum((word >> ((d[:, None] & 7) * 8).to(tl.int64)) & 255, axis=1).to(tl.float32)
+            if TOP_P:
+                mass = tl.sum(weights, axis=1)
         base = part_ptr + ((J * n_rows + row) * P + c) * 32
         tl.store(base + d, counts)
         tl.store(base + 16 + d, mass)
@@ -226,7 +242,9 @@ def _finish_kernel(t_ptr, k_ptr, p_ptr, stats_ptr, kstate_ptr, kpart_ptr, pstate
     if FILTERED:
         top_k = tl.load(k_ptr)
         top_p = tl.load(p_ptr)
-        t, kept = _topk_result(kstate_ptr, kpart_ptr, z, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
+        t = _kth_key(kstate_ptr, kpart_ptr, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
+        if (top_k < V) | (top_p < 1):
+            kept = _kept_mass(ppart_ptr, row, P, P_BLOCK)
         if top_p < 1:
             t, _c, _a, kept = _select(pstate_ptr, ppart_ptr, row, n_rows, P, KEY_BITS // _DIGIT_BITS - 1, top_k,
                                       top_p.to(tl.float64) * kept, True, KEY_BITS, P_BLOCK)
