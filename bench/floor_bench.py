@@ -211,8 +211,9 @@ def main(argv=None):
         rows.append({**row, **base})
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
-    def record_sites(sites, **key):
-        site_table.extend({**key, **site, **base} for site in sites)
+    def record_sites(sites, **key):  # a launch's own "model" (target or drafter) is its network here
+        site_table.extend({**key, **{"network" if k == "model" else k: v for k, v in site.items()}, **base}
+                          for site in sites)
 
     tic = time.perf_counter()
     for setting in args.pdl:

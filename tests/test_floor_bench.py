@@ -41,6 +41,7 @@ def test_each_launch_of_a_step_beside_the_bytes_its_role_reads(run):
     sites = pd.read_csv(path)
     assert set(zip(sites["weights"], sites["mode"])) == {("bf16", "plain"), ("bf16", "dflash"), ("int8", "plain"),
                                                          ("int8", "dflash")}
+    assert (sites["model"] == "tiny").all() and set(sites["network"]) == {"target", "drafter"}
     plain = sites[(sites["weights"] == "bf16") & (sites["mode"] == "plain")]
     for role in ("qkv", "o", "gate_up", "down"):
         assert (plain["role"] == role).sum() == TINY.layers
