@@ -208,7 +208,7 @@ def _radix_pass_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, state_pt
             low = tl.zeros((SUB,), tl.int64)
             high = tl.zeros((SUB,), tl.int64)
             weights = tl.zeros((16, SUB), tl.float32)
-            for start in tl.range(0, CHUNK, SUB):
+            for start in tl.range(0, CHUNK, SUB, loop_unroll_factor=4):  # four loads in flight
                 offs = c * CHUNK + start + tl.arange(0, SUB)
                 digit, x = _digits(x_ptr, stride_x, row, offs, V, kth, lo, width, KEY_BITS)
                 if tl.min(digit, axis=0) < _DIGITS:
