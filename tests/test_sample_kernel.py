@@ -21,7 +21,8 @@ if GPU:  # every chunk size and key width the Qwen3 vocabulary gets, and an odd 
 else:
     CASES = [(torch.bfloat16, 1, 1537, (50, 0.95), 1.0), (torch.bfloat16, 6, 1537, (None, 0.9), 0.6),
              (torch.float32, 5, 1537, (7, None), 1.0), (torch.float16, 3, 1537, (None, None), 0.7),
-             (torch.bfloat16, 2, 5000, (20, 0.9), 1.0)]  # five chunks a row, most of them left out after a pass
+             (torch.bfloat16, 2, 5000, (20, 0.9), 1.0),  # five chunks a row, most of them left out after a pass
+             (torch.bfloat16, 2, 1537, (300, 0.5), 1.0)]  # more top-k survivors than are gathered: top-p's passes
 
 
 def reference(logits, drafts, u, temperature, top_k, top_p):
