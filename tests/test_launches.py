@@ -69,6 +69,18 @@ def test_graph_kernels_take_the_site_of_the_launch_expected_next():
     assert (eager_only["timed_in"] == "eager").all() and eager_only["own_us"].tolist() == [1.0 + i for i in range(14)]
 
 
+def test_a_launch_the_graph_leaves_out_does_not_stop_the_ones_after_it():
+    seq = step_sequence(trace(2))
+    graphs = trace(2, own=lambda i: 10.0 * (i + 1))
+    graphs = graphs[graphs["name"] != "_qk_norm_rope_kernel"].reset_index(drop=True)
+    graphs.loc[graphs["phase"] != "prefill", "phase"] = None
+    table, unattributed = launch_sites(trace(2), graphs)
+    assert unattributed == 0
+    rope = table["name"] == "_qk_norm_rope_kernel"
+    assert table.loc[rope, "own_us"].isna().all()
+    assert table.loc[~rope, "own_us"].tolist() == [10.0 * (i + 1) for i in range(14) if not rope[i]]
+
+
 def test_roles_carry_the_bytes_they_must_read():
     shape = ModelShape(hidden=64, intermediate=96, layers=2, q_heads=4, kv_heads=2, head_dim=16, vocab=500)
     table, _ = launch_sites(trace(1))

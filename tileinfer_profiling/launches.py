@@ -50,17 +50,20 @@ def step_sequence(eager: pd.DataFrame) -> pd.DataFrame:
     return one[SITE_COLUMNS]
 
 
-def align(sequence: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
-    """The site of each decoding-step kernel of `kernels` (in start order), -1 where it is not the next
-    launch `sequence` expects."""
+def align(sequence: pd.DataFrame, kernels: pd.DataFrame, lookahead: int = 8) -> pd.Series:
+    """The site of each decoding-step kernel of `kernels` (in start order): the next launch `sequence`
+    expects, or the first of the `lookahead` after it with the kernel's name (the launches between did not
+    run: a graph leaves out what the eager run only launches, e.g. a copy); -1 for a kernel it finds in
+    neither (the graph launches what the eager run did not)."""
     names, n = sequence["name"].tolist(), len(sequence)
     sites, j = [], 0
     for name in kernels["name"]:
-        if name == names[j]:
-            sites.append(j)
-            j = (j + 1) % n
-        else:
+        ahead = next((d for d in range(min(lookahead, n)) if names[(j + d) % n] == name), None)
+        if ahead is None:
             sites.append(-1)
+        else:
+            sites.append((j + ahead) % n)
+            j = (j + ahead + 1) % n
     return pd.Series(sites, index=kernels.index, dtype=int)
 
 
