@@ -50,20 +50,28 @@ def step_sequence(eager: pd.DataFrame) -> pd.DataFrame:
     return one[SITE_COLUMNS]
 
 
-def align(sequence: pd.DataFrame, kernels: pd.DataFrame, lookahead: int = 8) -> pd.Series:
-    """The site of each decoding-step kernel of `kernels` (in start order): the next launch `sequence`
-    expects, or the first of the `lookahead` after it with the kernel's name (the launches between did not
-    run: a graph leaves out what the eager run only launches, e.g. a copy); -1 for a kernel it finds in
-    neither (the graph launches what the eager run did not)."""
+def align(sequence: pd.DataFrame, kernels: pd.DataFrame, confirm: int = 3) -> pd.Series:
+    """The site of each decoding-step kernel of `kernels` (in start order), -1 where none fits. A kernel
+    takes the launch `sequence` expects next if it has that name; otherwise the site, nearest after the
+    expected one, where it and the `confirm` - 1 kernels after it match the sequence (a graph leaves out
+    what only the eager run launches, e.g. a copy, and a traced run may replay the drafter's graph where
+    the target's launches were expected); -1 where there is none (a launch the eager step did not make)."""
     names, n = sequence["name"].tolist(), len(sequence)
+    trace = kernels["name"].tolist()
     sites, j = [], 0
-    for name in kernels["name"]:
-        ahead = next((d for d in range(min(lookahead, n)) if names[(j + d) % n] == name), None)
-        if ahead is None:
+    for i, name in enumerate(trace):
+        if name == names[j]:
+            sites.append(j)
+            j = (j + 1) % n
+            continue
+        window = trace[i:i + confirm]
+        found = next((c % n for c in range(j, j + n)
+                      if all(names[(c + d) % n] == w for d, w in enumerate(window))), None)
+        if found is None:
             sites.append(-1)
         else:
-            sites.append((j + ahead) % n)
-            j = (j + ahead + 1) % n
+            sites.append(found)
+            j = (found + 1) % n
     return pd.Series(sites, index=kernels.index, dtype=int)
 
 
