@@ -81,6 +81,15 @@ def test_a_launch_the_graph_leaves_out_does_not_stop_the_ones_after_it():
     assert table.loc[~rope, "own_us"].tolist() == [10.0 * (i + 1) for i in range(14) if not rope[i]]
 
 
+def test_a_kernel_off_the_expected_launch_takes_the_site_its_neighbours_confirm():
+    drafter, target = ["copy", "add", "gemm", "norm", "gemm", "rope"], ["add", "gemm", "rope", "attn", "gemm", "gemm"]
+    seq = pd.DataFrame({"name": drafter + target})
+    # a drafter replay without its first two launches where the target's first was expected: its first gemm
+    # is the drafter's (followed by norm, gemm), not the target's nearest one
+    kernels = pd.DataFrame({"name": drafter + drafter[2:] + target + ["memcpy"]})
+    assert align(seq, kernels).tolist() == [*range(6), 2, 3, 4, 5, *range(6, 12), -1]
+
+
 def test_roles_carry_the_bytes_they_must_read():
     shape = ModelShape(hidden=64, intermediate=96, layers=2, q_heads=4, kv_heads=2, head_dim=16, vocab=500)
     table, _ = launch_sites(trace(1))
