@@ -36,6 +36,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -249,7 +250,20 @@ def main(argv=None):
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
               f"{r['step_kv']:>3}")
+    if site_table:
+        print_over_floor(site_table)
     return rows
+
+
+def print_over_floor(site_table):
+    """Per model, weights and mode: what each role of the target spends beyond its bytes' floor, µs per
+    step (own times inside the step's graph), most first."""
+    sites = pd.DataFrame(site_table)
+    sites = sites[(sites["network"] == "target") & sites["floor_us"].notna()]
+    print("\nµs per step beyond the floor, by role of the target (own time - floor)")
+    for (model, weights, mode), g in sites.groupby(["model", "weights", "mode"], sort=False):
+        over = (g["own_us"] - g["floor_us"]).groupby(g["role"]).sum().sort_values(ascending=False)
+        print(f"{model:11} {weights:5} {mode:6} " + ", ".join(f"{role} {us:.0f}" for role, us in over.items()))
 
 
 if __name__ == "__main__":

@@ -98,3 +98,14 @@ def test_fused_norms_measured_beside_unfused(tmp_path, monkeypatch):
     launches = table[table["linears"] == "triton"].set_index(["mode", "fuse_norms"])["launches_per_layer"]
     # the RMSNorms fold into the GEMMs (on an H200, 8 launches per layer become 6; the CPU counts torch ops)
     assert launches["plain", "on"] < launches["plain", "off"] and launches["dflash", "on"] < launches["dflash", "off"]
+
+
+def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
+    site = dict(model="qwen3-4b", weights="bf16", mode="plain", network="target")
+    floor_bench.print_over_floor([
+        {**site, "role": "qkv", "own_us": 10.0, "floor_us": 8.0}, {**site, "role": "qkv", "own_us": 10.0, "floor_us": 8.0},
+        {**site, "role": "attention", "own_us": 9.0, "floor_us": 1.0},
+        {**site, "role": "other", "own_us": 50.0, "floor_us": float("nan")},  # no bytes it must read
+        {**site, "network": "drafter", "role": "gemm", "own_us": 99.0, "floor_us": 1.0}])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.split() == ["qwen3-4b", "bf16", "plain", "attention", "8,", "qkv", "4"]
