@@ -14,3 +14,7 @@ if not torch.cuda.is_available():
 
 # The interpreter's tl.dot on bf16 multiplies bit patterns: kernels upcast to fp32 under it.
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+if INTERPRET:  # a dot's bits independent of the tile's shape, as on a GPU (ops/interpreter.py)
+    from tileinfer.ops.interpreter import use_ordered_dot
+
+    use_ordered_dot()
