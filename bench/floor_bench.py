@@ -16,7 +16,8 @@ and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, 
 skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K);
 `--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
-(TILEINFER_STEP_KV, fused layers only).
+(TILEINFER_STEP_KV, fused layers only); `--early-kv off,on` without and with the target's attention
+loading each split's first K/V block before that wait (`decode_attention.set_early_kv`).
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
 `verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
@@ -95,6 +96,7 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl=pdl_label(device),
                 prefetch_k=gemm_configs.prefetch_k(), kv_prefetch=decode_attention.kv_prefetch_label(device),
+                early_kv=decode_attention.early_kv_label(),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
                 drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
@@ -105,7 +107,8 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
     g = torch.Generator().manual_seed(0)
     for weights in args.weights:
         engine = tileinfer.load(target, draft=drafter, weights=weights)
-        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": "on" if engine.ops.step_kv else "off"}
+        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": "on" if engine.ops.step_kv else "off",
+                 "early_kv": decode_attention.early_kv_label()}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
@@ -178,6 +181,7 @@ def main(argv=None):
     parser.add_argument("--kv-prefetch", default="on",
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
+    parser.add_argument("--early-kv", default="on", help="off, on or off,on: first K/V block read before PDL's wait")
     parser.add_argument("--launches", action="store_true",
                         help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
                              "(floor_launches_<gpu>.csv)")
@@ -189,11 +193,12 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv = (
-        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv))
+    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv = (
+        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv))
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
-                               ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on"))):
+                               ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on")),
+                               ("--early-kv", args.early_kv, ("off", "on"))):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -220,15 +225,16 @@ def main(argv=None):
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
-            for fuse, blocks, kv, step_kv in itertools.product(args.fuse_norms, args.prefetch_k, args.kv_prefetch,
-                                                                args.step_kv):
+            for fuse, blocks, kv, step_kv, early in itertools.product(args.fuse_norms, args.prefetch_k, args.kv_prefetch,
+                                                                       args.step_kv, args.early_kv):
                 if fuse == "off" and step_kv == "on" and "off" in args.step_kv:
                     continue  # unfused layers have no step_kv: measured once, as "off"
                 gemm_configs.set_prefetch_k(blocks)
                 decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
+                decode_attention.set_early_kv(early == "on")
                 with switches_env(fuse_norms=fuse == "on", step_kv=step_kv == "on"):  # read by the engines loaded inside
-                    first = (fuse, blocks, kv, step_kv) == (args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0],
-                                                            args.step_kv[0])
+                    first = (fuse, blocks, kv, step_kv, early) == (args.fuse_norms[0], args.prefetch_k[0],
+                                                                   args.kv_prefetch[0], args.step_kv[0], args.early_kv[0])
                     measure_model(model, args, bandwidth, record, cublas=first,
                                   record_sites=record_sites if args.launches else None)
                 # written after each model, so a run cut short keeps what it measured
@@ -236,20 +242,21 @@ def main(argv=None):
                 if site_table:
                     write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                 print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
-                      f"step K/V {step_kv}: done at "
+                      f"step K/V {step_kv}, early K/V {early}: done at "
                       f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
+    decode_attention.set_early_kv(True)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3} "
-          f"{'skv':>3}")
+          f"{'skv':>3} {'ekv':>3}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
-              f"{r['step_kv']:>3}")
+              f"{r['step_kv']:>3} {r['early_kv']:>3}")
     if site_table:
         print_over_floor(site_table)
     return rows

@@ -63,6 +63,21 @@ def test_decode_any_prefetch_bound(prefetch_rows, device):
     assert_close(out, attention_ref(q, k, v, 300, True), *TOLERANCES[torch.bfloat16], f"prefetch {prefetch_rows}")
 
 
+@pytest.mark.parametrize("kv_len,num_q_tokens,causal,num_splits,split_size", [
+    (130, 1, True, 3, 0), (300, 16, True, 2, 0), (64, 16, True, 1, 0), (37, 3, False, 3, 0),
+    (200, 16, True, 5, 64),  # exact mode: the block's rows straddle a split boundary
+])
+def test_decode_early_kv_has_the_same_bits(kv_len, num_q_tokens, causal, num_splits, split_size, device):
+    """Reading each share's first block before the grid-dependency wait (the step's own rows again after
+    it) changes nothing in the output."""
+    q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
+    kw = dict(causal=causal, num_splits=num_splits, split_size=split_size, block_m=64 if split_size else None)
+    out = decode_attention(q, k, v, kv_len_t, early_kv=True, **kw)
+    assert torch.equal(out, decode_attention(q, k, v, kv_len_t, **kw))
+    assert_close(out, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[torch.bfloat16], "early K/V")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kv_len,num_q_tokens,causal,num_splits", [(300, 16, True, 2), (37, 3, False, 3), (130, 1, True, 5),
                                                                   (64, 16, True, 1)])

@@ -63,15 +63,19 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("early_kv", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kv_len,t,num_q_heads,num_kv_heads,head_dim,causal,num_splits", CASES)
 def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv_heads, head_dim, causal,
-                                                   num_splits, dtype, device):
+                                                   num_splits, dtype, early_kv, device):
+    """With early_kv the step's rows, NaN in the cache until this launch writes them, are read again after
+    the writes: a NaN in the output would show a row read before."""
     heads = (num_q_heads, num_kv_heads, head_dim)
     cache, qkv, weights, cos_sin = make_step(kv_len, t, *heads, dtype, device)
     positions = torch.arange(kv_len - t, kv_len, device=device)
     want, want_k, want_v = reference(cache, qkv, weights, cos_sin, positions, kv_len, causal, heads)
-    got, got_k, got_v = fused(cache, qkv, weights, cos_sin, positions, kv_len, causal, heads, num_splits=num_splits)
+    got, got_k, got_v = fused(cache, qkv, weights, cos_sin, positions, kv_len, causal, heads, num_splits=num_splits,
+                              early_kv=early_kv)
     atol, rtol = TOLERANCES[dtype]
     assert_close(got_k[:kv_len], want_k[:kv_len], atol, rtol, "K cache")
     assert torch.equal(got_v[:kv_len], want_v[:kv_len]), "V is copied into the cache as it is"
@@ -79,8 +83,9 @@ def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv
     assert_close(got, want, atol, rtol, "attention")
 
 
+@pytest.mark.parametrize("early_kv", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_exact_rows_do_not_depend_on_the_step_size(dtype, device):
+def test_exact_rows_do_not_depend_on_the_step_size(dtype, early_kv, device):
     """In exact mode a token's K row, and its attention row, have the same bits whether the step holds it
     alone or in a block of 16: the cache it leaves and the output both."""
     num_q_heads, num_kv_heads, head_dim, max_length = 4, 2, 32, 300
@@ -88,7 +93,8 @@ def test_exact_rows_do_not_depend_on_the_step_size(dtype, device):
     num_splits = 2
     assert exact_split_size(max_length, num_splits) == 128
     kw = dict(num_splits=exact_grid_splits(num_splits),
-              split_size=exact_split_size(max_length, num_splits), block_m=exact_block_m(num_q_heads, num_kv_heads))
+              split_size=exact_split_size(max_length, num_splits), block_m=exact_block_m(num_q_heads, num_kv_heads),
+              early_kv=early_kv)
     kv_len = 264  # splits of 128 positions: the block's 248…263 straddle the boundary at 256
     cache, qkv, weights, cos_sin = make_step(kv_len, 16, *heads, dtype, device)
     positions = torch.arange(kv_len - 16, kv_len, device=device)

@@ -114,11 +114,14 @@ class Engine:
     # One step, written once: run eagerly or captured as graphs.
 
     def _attention_ctx(self, shape: StepShape, host_start: int, causal: bool) -> AttentionContext:
+        """The target's (causal) attention reads cache rows that earlier steps wrote; the drafter's block
+        (not causal) also reads the context rows that this step's `append_context` has just written."""
         kv_len_t = (self.start_t + shape.size).to(torch.int32)
         c = self.config
         block_m = exact_block_m(c.num_attention_heads, c.num_key_value_heads) if shape.split_size and causal else None
         return AttentionContext(host_start + shape.size, kv_len_t, causal=causal, num_splits=shape.num_splits,
-                                split_size=shape.split_size if causal else 0, block_m=block_m)
+                                split_size=shape.split_size if causal else 0, block_m=block_m,
+                                settled=causal)
 
     def _draft(self, shape: StepShape, host_start: int):
         drafter, size = self.drafter, shape.size

@@ -21,6 +21,7 @@ class AttentionContext:
     num_splits: int = 8
     split_size: int = 0              # > 0: splits at fixed multiples of it (exact mode), else even shares
     block_m: int | None = None       # the query tile of the decode kernel, fixed in exact mode
+    settled: bool = False            # rows before this call's were cached by an earlier step (`early_kv`)
 
 
 def _switch(name: str, default: str = "1") -> bool:
@@ -163,7 +164,7 @@ class Ops:
         attention's launch (`decode_attention`'s step_kv)."""
         if self.step_kv and ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
-                                split_size=ctx.split_size, block_m=ctx.block_m,
+                                split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
                                 step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps))
         q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache)
         return self.attention(q, k_cache, v_cache, ctx)
@@ -179,5 +180,5 @@ class Ops:
             return self.attention_ref(q, k_cache, v_cache, ctx.kv_len, ctx.causal)
         if ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
-                                split_size=ctx.split_size, block_m=ctx.block_m)
+                                split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled)
         return self._prefill(q, k_cache, v_cache, ctx.kv_len, ctx.causal)

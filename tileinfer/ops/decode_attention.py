@@ -21,7 +21,9 @@ cache of earlier positions streams in while the Q/K norm + RoPE kernel before it
 writes land, so a line that kernel writes afterwards is read as written. A whole long share does not
 fit: past L2's size prefetched lines are evicted before the loop reads them. On the H200 no bound paid
 (16 tokens: equal at 1k, 24 µs with none against 28 with whole shares at 8k, 48 against 63 at 32k;
-bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0.
+bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0. Where the caller knows
+the rows before the step's tokens were cached by an earlier step (`early_kv`), each program instead
+loads the first block of its share into registers before the wait.
 """
 
 import os
@@ -46,6 +48,18 @@ _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 
 
 _kv_prefetch_rows = None
+_early_kv = os.environ.get("TILEINFER_EARLY_KV", "1") != "0"
+
+
+def set_early_kv(on: bool) -> None:
+    """Let calls that pass `early_kv` read their first K/V block before PDL's wait, for kernels launched
+    from now on (TILEINFER_EARLY_KV=0 starts with it off)."""
+    global _early_kv
+    _early_kv = bool(on)
+
+
+def early_kv_label() -> str:
+    return "on" if _early_kv else "off"
 
 
 def set_kv_prefetch(on: bool, rows: int | None = None) -> None:
@@ -177,7 +191,7 @@ def _split_kv_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
-    TMA: tl.constexpr,
+    TMA: tl.constexpr, EARLY: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -190,7 +204,11 @@ def _split_kv_attention_kernel(
     NORM_ROPE: Q holds the step's raw q, K_NEW / V_NEW its raw k / v (views of the qkv projection). Each
     program norms and rotates its rows of q (`rope.norm_rope_rows`, the q_norm weight Q_W), and the programs
     whose share holds a step position p = POSITIONS[t] norm and rotate k[t] (K_W) into row p of the K cache
-    and copy v[t] into the V cache before reading their share: no other program reads those rows."""
+    and copy v[t] into the V cache before reading their share: no other program reads those rows.
+
+    EARLY: the rows before the step's T tokens were cached by an earlier step, so each program loads the
+    first block of its share before the grid-dependency wait (its HBM read overlaps the kernel before);
+    the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes)."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     kv_len = tl.load(KV_LEN).to(tl.int32)  # set at the step's start, before the kernel before this one
@@ -205,6 +223,14 @@ def _split_kv_attention_kernel(
         return
     start = split * chunk
     end = tl.minimum(start + chunk, kv_len)
+    offs_d = tl.arange(0, HEAD_DIM)
+    n_first = start + tl.arange(0, BLOCK_N)
+    k_first_ptrs = K + kv_head * stride_kh + n_first[:, None] * stride_kn + offs_d[None, :]
+    v_first_ptrs = V + kv_head * stride_vh + n_first[:, None] * stride_vn + offs_d[None, :]
+    if EARLY:
+        settled = (n_first < tl.minimum(end, kv_len - NUM_Q_TOKENS))[:, None]
+        k_first = tl.load(k_first_ptrs, mask=settled, other=0.0)
+        v_first = tl.load(v_first_ptrs, mask=settled, other=0.0)
     if PREFETCH_ROWS != 0:
         ahead = end if PREFETCH_ROWS < 0 else tl.minimum(end, start + PREFETCH_ROWS)
         _prefetch_rows_l2(K + kv_head * stride_kh, start, ahead, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
@@ -217,7 +243,6 @@ def _split_kv_attention_kernel(
     row_valid = rows < NUM_Q_TOKENS * GROUP
     token = rows // GROUP
     head = kv_head * GROUP + rows % GROUP
-    offs_d = tl.arange(0, HEAD_DIM)
     if NORM_ROPE:
         offs_rot = (offs_d + HEAD_DIM // 2) % HEAD_DIM
         offs_cs = offs_d % (HEAD_DIM // 2)
@@ -263,9 +288,17 @@ def _split_kv_attention_kernel(
                 q, k_desc.load([n0, 0]), v_desc.load([n0, 0]), n0 + offs_n, q_pos, end, m_i, l_i, acc, qk_scale,
                 MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
     else:
+        loop_start = start
+        if EARLY:
+            fresh = ((n_first >= kv_len - NUM_Q_TOKENS) & (n_first < end))[:, None]
+            k_first = tl.where(fresh, tl.load(k_first_ptrs, mask=fresh, other=0.0), k_first)
+            v_first = tl.where(fresh, tl.load(v_first_ptrs, mask=fresh, other=0.0), v_first)
+            m_i, l_i, acc = _online_softmax_tile(q, k_first, v_first, n_first, q_pos, end, m_i, l_i, acc, qk_scale,
+                                                 MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
+            loop_start = start + BLOCK_N
         k_base = K + kv_head * stride_kh + offs_d[None, :]
         v_base = V + kv_head * stride_vh + offs_d[None, :]
-        for n0 in tl.range(start, end, BLOCK_N):
+        for n0 in tl.range(loop_start, end, BLOCK_N):
             n = n0 + offs_n
             m_i, l_i, acc = _online_softmax_step(
                 q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i,
@@ -367,7 +400,7 @@ def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
     num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
-    tma: bool | None = None,
+    tma: bool | None = None, early_kv: bool = False,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -383,6 +416,9 @@ def decode_attention(
     `kv_prefetch` is on. ``tma``: K/V blocks fetched by the Tensor Memory Accelerator through descriptors
     made in the kernel, not by each thread's loads (default the GPU section's "tma", else off; never with
     ``step_kv``, whose cache writes the copy engine would not see without a proxy fence).
+    ``early_kv``: the cache rows before the step's tokens were written by an earlier step, not by a kernel
+    this step launched, so each program reads the first block of its share before PDL's wait (not with
+    TMA); the step's own rows are read after it. The output's bits are the same either way.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -398,6 +434,7 @@ def decode_attention(
     if not kv_prefetch():
         prefetch_rows = 0
     tma = bool(tuned.get("tma", False) if tma is None else tma) and step_kv is None
+    early_kv = bool(early_kv) and _early_kv and not tma
     if tma:
         triton.set_allocator(_descriptor_scratch)
     if num_splits < 1:
@@ -451,12 +488,12 @@ def decode_attention(
             MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
-            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma,
+            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early_kv,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg,
-           q.device, prefetch_rows, step_kv is not None, tma)
+           q.device, prefetch_rows, step_kv is not None, tma, early_kv)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
