@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from bench import floor_bench
+from tileinfer.ops import decode_attention
 from tileinfer.ops.tuning import section
 from tileinfer.random_weights import TINY
 
 REQUIRED = {"model", "weights", "mode", "point", "accept", "tok_s", "step_ms", "floor_ms", "fraction_of_floor",
-            "launches_per_layer", "us_per_layer_over_floor", "pdl", "kv_prefetch", "git_rev", "command", "gpu",
-            "weights_kind"}
+            "launches_per_layer", "us_per_layer_over_floor", "pdl", "kv_prefetch", "early_kv", "git_rev", "command",
+            "gpu", "weights_kind"}
 
 
 def tuned_kv_prefetch():
@@ -60,6 +61,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
     assert (table["accept"][table["mode"] == "dflash"] == "replay:3.0").all()
     assert (table["weights_kind"] == "random").all() and (table["pdl"] == "off").all()
     assert (table["kv_prefetch"] == tuned_kv_prefetch()).all()
+    assert (table["early_kv"] == "on").all()
     assert table["fraction_of_floor"].tolist() == pytest.approx((table["floor_ms"] / table["step_ms"]).tolist())
     over = (table["step_ms"] - table["floor_ms"]) * 1e3 / TINY.layers
     assert table["us_per_layer_over_floor"].tolist() == pytest.approx(over.tolist())
@@ -82,6 +84,9 @@ def test_unknown_point_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         floor_bench.main(["--models", "tiny", "--points", "tiny", "--step-kv", "both", "--out", str(tmp_path)])
     assert "--step-kv: unknown both" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--early-kv", "soon", "--out", str(tmp_path)])
+    assert "--early-kv: unknown soon" in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))
 
 
@@ -109,3 +114,14 @@ def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
         {**site, "network": "drafter", "role": "gemm", "own_us": 99.0, "floor_us": 1.0}])
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.split() == ["qwen3-4b", "bf16", "plain", "attention", "8,", "qkv", "4"]
+
+
+def test_early_kv_measured_off_and_on(tmp_path):
+    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
+                      "1", "--pdl", "off", "--early-kv", "off,on", "--no-cublas", "--bandwidth-gbs", "50",
+                      "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+    (path,) = tmp_path.glob("floor_*.csv")
+    table = pd.read_csv(path)
+    assert list(zip(table["mode"], table["early_kv"])) == [("plain", "off"), ("dflash", "off"), ("plain", "on"),
+                                                          ("dflash", "on")]
+    assert decode_attention.early_kv_label() == "on"  # the default again after the run
