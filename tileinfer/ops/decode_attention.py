@@ -209,8 +209,6 @@ def _split_kv_attention_kernel(
     EARLY: the rows before the step's T tokens were cached by an earlier step, so each program loads the
     first block of its share before the grid-dependency wait (its HBM read overlaps the kernel before);
     the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes)."""
-    if PDL:
-        gdc_launch_dependents()  # the o_proj after it streams its first weights meanwhile
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     kv_len = tl.load(KV_LEN).to(tl.int32)  # set at the step's start, before the kernel before this one
@@ -239,6 +237,7 @@ def _split_kv_attention_kernel(
         _prefetch_rows_l2(V + kv_head * stride_vh, start, ahead, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
     if PDL:
         gdc_wait()
+        gdc_launch_dependents()
 
     rows = tl.arange(0, BLOCK_M)
     row_valid = rows < NUM_Q_TOKENS * GROUP

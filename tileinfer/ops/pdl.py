@@ -1,14 +1,13 @@
 """Programmatic Dependent Launch (compute capability 9.0 and later).
 
-A kernel launched with PDL may become resident while the kernels before it in the stream still run:
-every step kernel triggers its dependents (`gdc_launch_dependents`) at or near its start, so several may be
-resident at once, and none reads what a kernel of the step may write, or writes anything, until
-`gdc_wait` (the kernel before completed, its memory visible, and with it every kernel before that). Before
-the wait the skinny GEMV loads its first weight tile, and the target's split-KV attention the first block
-of the K/V rows that earlier steps cached (`decode_attention`'s early_kv: no kernel of this step writes
-them). Each kernel's launch, set-up and first reads overlap the kernels before it
-(bench/results/floor_h200.csv has every shape with PDL off and on). On wherever the GPU has it (compute
-capability 9.0 and later) unless `TILEINFER_PDL=0` or `set_enabled(False)`; never under the Triton interpreter or on the CPU.
+A kernel launched with PDL may become resident while the kernel before it in the stream finishes its last
+wave: every step kernel triggers its dependents (`gdc_launch_dependents`) at its start and reads nothing
+the kernel before may write, and writes nothing, until `gdc_wait` (that kernel completed, its memory
+visible); the skinny GEMV loads its first weight tile before the wait, and the split-KV attention asks
+L2 for its K/V (a prefetch, never a read into registers). Each kernel's launch, set-up and
+first weight reads overlap its predecessor's tail (bench/results/floor_h200.csv has every shape with PDL
+off and on). On wherever the GPU has it (compute capability 9.0 and
+later) unless `TILEINFER_PDL=0` or `set_enabled(False)`; never under the Triton interpreter or on the CPU.
 CUDA graphs keep the launches' PDL edges.
 """
 

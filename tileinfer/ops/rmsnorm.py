@@ -28,8 +28,8 @@ def _rms_norm_kernel(
 ):
     """One row:  h = (x + residual) in x.dtype (or x);  out = h * rsqrt(mean(h^2) + eps) * weight, fp32 math."""
     if PDL:
-        gdc_launch_dependents()  # the GEMM after it streams its first weights meanwhile
         gdc_wait()
+        gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H

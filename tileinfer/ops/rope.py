@@ -88,8 +88,8 @@ def _qk_norm_rope_kernel(
     TO_CACHE: K goes to row p of the K cache and V, unchanged, to row p of the V cache.
     """
     if PDL:
-        gdc_launch_dependents()  # the attention after it reads its cached K/V before its own wait
         gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     offs = tl.arange(0, BLOCK_HALF)
