@@ -48,7 +48,7 @@ _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 
 
 _kv_prefetch_rows = None
-_early_kv = os.environ.get("TILEINFER_EARLY_KV", "1") != "0"
+_early_kv = os.environ.get("TILEINFER_EARLY_KV", "0") != "0"
 
 
 def set_early_kv(on: bool) -> None:
