@@ -181,7 +181,7 @@ def main(argv=None):
     parser.add_argument("--kv-prefetch", default="on",
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
-    parser.add_argument("--early-kv", default="on", help="off, on or off,on: first K/V block read before PDL's wait")
+    parser.add_argument("--early-kv", default="off", help="off, on or off,on: first K/V block read before PDL's wait")
     parser.add_argument("--launches", action="store_true",
                         help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
                              "(floor_launches_<gpu>.csv)")
@@ -222,6 +222,7 @@ def main(argv=None):
                           for site in sites)
 
     tic = time.perf_counter()
+    early_before = decode_attention.early_kv_label() == "on"
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
@@ -246,7 +247,7 @@ def main(argv=None):
                       f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
-    decode_attention.set_early_kv(True)
+    decode_attention.set_early_kv(early_before)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "

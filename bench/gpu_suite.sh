@@ -23,7 +23,9 @@ fi
 log="$out/gpu_tests.log"
 start=$(date +%s)
 # -vv: pytest.ini's -q takes one back, and the log then names each test as it ends
-pytest_args="-n $workers -p no:cacheprovider -rfE -vv --durations=20"
+# worksteal: an idle worker takes tests another has queued, so slow tests queued behind each other on one
+# worker do not set the wall time (a run cut by DEADLINE at a660bb8 left two such tests unfinished)
+pytest_args="-n $workers --dist worksteal -p no:cacheprovider -rfE -vv --durations=20"
 timeout -s INT "$deadline" make test PIP_ARGS="$pip_args" PYTEST_ARGS="$pytest_args" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 elapsed=$(( $(date +%s) - start ))
@@ -38,6 +40,13 @@ summary=$(grep -E "[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed 's/=//g;
   echo "wall: ${elapsed} s, exit status $rc"
   echo "summary: ${summary:-none (set-up failed before pytest ran)}"
   grep -oE "(FAILED|ERROR) tests/[^ ]+" "$log" | sort -u | sed 's/^/  /'
+  collected=$(grep -oE "\[[0-9]+ items\]" "$log" | tail -1 | tr -dc 0-9)
+  ended=$(grep -cE "^\[gw[0-9]+\] .*(PASSED|SKIPPED|FAILED|ERROR|XFAIL|XPASS) tests/" "$log")
+  echo "collected: ${collected:-?}, ended: $ended"
+  # -vv names a test when a worker starts it and again when it ends: those started and never ended
+  comm -23 <(grep -E "^tests/[^ ]+::" "$log" | sed 's/ *$//' | sort -u) \
+           <(grep -E "^\[gw[0-9]+\] " "$log" | grep -oE "(PASSED|SKIPPED|FAILED|ERROR|XFAIL|XPASS) tests/.*$" | sed -E 's/^[A-Z]+ //; s/ *$//' | sort -u) \
+    | sed 's/^/  not ended: /'
   echo "slowest:"
   grep -E "^[0-9.]+s (call|setup|teardown) " "$log" | head -5 | sed 's/^/  /'
 } > "$out/gpu_tests_${tag}.txt"

@@ -61,7 +61,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
     assert (table["accept"][table["mode"] == "dflash"] == "replay:3.0").all()
     assert (table["weights_kind"] == "random").all() and (table["pdl"] == "off").all()
     assert (table["kv_prefetch"] == tuned_kv_prefetch()).all()
-    assert (table["early_kv"] == "on").all()
+    assert (table["early_kv"] == "off").all()
     assert table["fraction_of_floor"].tolist() == pytest.approx((table["floor_ms"] / table["step_ms"]).tolist())
     over = (table["step_ms"] - table["floor_ms"]) * 1e3 / TINY.layers
     assert table["us_per_layer_over_floor"].tolist() == pytest.approx(over.tolist())
@@ -117,6 +117,7 @@ def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
 
 
 def test_early_kv_measured_off_and_on(tmp_path):
+    before = decode_attention.early_kv_label()
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
                       "1", "--pdl", "off", "--early-kv", "off,on", "--no-cublas", "--bandwidth-gbs", "50",
                       "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
@@ -124,4 +125,4 @@ def test_early_kv_measured_off_and_on(tmp_path):
     table = pd.read_csv(path)
     assert list(zip(table["mode"], table["early_kv"])) == [("plain", "off"), ("dflash", "off"), ("plain", "on"),
                                                           ("dflash", "on")]
-    assert decode_attention.early_kv_label() == "on"  # the default again after the run
+    assert decode_attention.early_kv_label() == before  # as it was before the run

@@ -22,8 +22,10 @@ writes land, so a line that kernel writes afterwards is read as written. A whole
 fit: past L2's size prefetched lines are evicted before the loop reads them. On the H200 no bound paid
 (16 tokens: equal at 1k, 24 µs with none against 28 with whole shares at 8k, 48 against 63 at 32k;
 bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0. Where the caller knows
-the rows before the step's tokens were cached by an earlier step (`early_kv`), each program instead
-loads the first block of its share into registers before the wait.
+the rows before the step's tokens were cached by an earlier step (`early_kv`), each program can instead
+load the first block of its share into registers before the wait; that made Qwen3-4B's steps slower on
+the H200 (plain decode 2.77 → 2.81 ms, DFlash 3.85 → 3.93 ms at 1k, bench/results/floor_early_kv_h200.csv),
+so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`.
 """
 
 import os
@@ -53,7 +55,7 @@ _early_kv = os.environ.get("TILEINFER_EARLY_KV", "0") != "0"
 
 def set_early_kv(on: bool) -> None:
     """Let calls that pass `early_kv` read their first K/V block before PDL's wait, for kernels launched
-    from now on (TILEINFER_EARLY_KV=0 starts with it off)."""
+    from now on (off unless TILEINFER_EARLY_KV=1)."""
     global _early_kv
     _early_kv = bool(on)
 
