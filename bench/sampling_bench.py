@@ -14,8 +14,11 @@ greedy, and tokens per DFlash step at temperatures 0, 0.6 and 1.0.
    log-softmax, the speculative step) and the whole step in Triton (`ops.sample.sample_block`), on 1
    and 16 rows of 151,936 random logits, replayed from CUDA graphs (the logits stay in L2, as after the
    LM head that writes them).
+5. launches: each launch of `sample_block` inside its CUDA graph (1 and 16 rows; T = 1, top-k 50 +
+   top-p 0.95, top-p 0.95 alone): its duration and its own time (what it adds to the replay beyond the
+   launches before it, `tileinfer_profiling.trace.own_times`), averaged over 20 replays.
 
-Writes sampling_{distribution,cost,acceptance,ops}_<gpu>.csv. --smoke: a few samples on the tiny preset,
+Writes sampling_{distribution,cost,acceptance,ops,launches}_<gpu>.csv. --smoke: a few samples on the tiny preset,
 to check the script on a CPU.
 """
 
@@ -169,6 +172,51 @@ def ops(vocab, rows_list=(1, 16), top_k=50, top_p=0.95, only=""):
     return out, "random logits (3 · N(0, 1), bf16)"
 
 
+LAUNCH_CONFIGS = {"T=1": (None, 1.0, False), "top-k 50, top-p 0.95": (50, 0.95, True), "top-p 0.95": (None, 0.95, True)}
+
+
+def launches(vocab, rows_list=(1, 16), replays=20):
+    """Each launch of `sample_block` in its CUDA graph: mean duration and own time over `replays` replays."""
+    from tileinfer.ops.sample import sample_block
+    from tileinfer_profiling.run_info import require_gpu
+    from tileinfer_profiling.trace import trace_kernels
+    require_gpu("the launches part (kernels timed inside a CUDA graph)")
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    out = []
+    for rows in rows_list:
+        logits = (3 * torch.randn(rows, vocab, device=dev, generator=g)).to(torch.bfloat16)
+        drafts = torch.randint(0, vocab, (rows - 1,), device=dev, generator=g)
+        u = torch.rand(rows, device=dev, generator=g, dtype=torch.float64)
+        temperature = torch.ones(1, device=dev)
+        for name, (top_k, top_p, filtered) in LAUNCH_CONFIGS.items():
+            k = torch.full((1,), top_k or vocab, dtype=torch.int64, device=dev)
+            p = torch.full((1,), top_p, device=dev)
+
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                sample_block(logits, drafts, u, temperature, k, p, filtered)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                sample_block(logits, drafts, u, temperature, k, p, filtered)
+
+            def replayed():
+                for _ in range(replays):
+                    graph.replay()
+            kernels = trace_kernels(replayed).sort_values("start_us", kind="stable")
+            per = len(kernels) // replays
+            kernels = kernels.iloc[:per * replays].assign(launch=[i % per for i in range(per * replays)])
+            for launch, group in kernels.groupby("launch", sort=True):
+                out.append(dict(rows=rows, vocab=vocab, sampling=name, launch=launch, kernel=group["name"].iloc[0][:60],
+                                duration_us=round(group["duration_us"].mean(), 2), own_us=round(group["own_us"].mean(), 2),
+                                replays=replays))
+            total = sum(r["own_us"] for r in out if (r["rows"], r["sampling"]) == (rows, name))
+            print(f"  {rows:3d} rows  {name:24s} {per:3d} launches, {total:8.2f} µs of own time", flush=True)
+    return out, "random logits (3 · N(0, 1), bf16)"
+
+
 def acceptance(points, seeds, new_tokens=None):
     engine = tileinfer.load()
     rows = []
@@ -217,6 +265,8 @@ def main(argv=None):
         tables["acceptance"] = acceptance(args.points.split(","), args.seeds, 8 if args.smoke else None)
     if "ops" in parts:
         tables["ops"] = ops(2_000 if args.smoke else 151_936, only=args.pieces)
+    if "launches" in parts:
+        tables["launches"] = launches(2_000 if args.smoke else 151_936)
     for part, (rows, kind) in tables.items():
         path = write_rows([r | base | {"weights_kind": kind} for r in rows],
                           out / f"sampling_{part}_{gpu_tag(env['gpu'])}.csv", last=(*base, "weights_kind"))
@@ -241,6 +291,11 @@ def summary(tables):
         by = {(r["piece"], r["rows"]): r["us"] for r in tables["ops"][0]}
         for piece in dict.fromkeys(r["piece"] for r in tables["ops"][0]):
             print(f"{piece:40} {by.get((piece, 1), float('nan')):9.2f} {by.get((piece, 16), float('nan')):10.2f}")
+    if "launches" in tables:
+        print(f"\n{'launches of sample_block':30} {'#':>3} {'kernel':24} {'dur µs':>8} {'own µs':>8}")
+        for r in tables["launches"][0]:
+            print(f"{str(r['rows']) + ' rows, ' + r['sampling']:30} {r['launch']:3} {r['kernel'][:24]:24} "
+                  f"{r['duration_us']:8.2f} {r['own_us']:8.2f}")
     if "acceptance" in tables:
         print(f"\n{'tokens per step':18} " + " ".join(f"{'T=' + str(t):>7}" for t in TEMPERATURES))
         rows = tables["acceptance"][0]

@@ -237,6 +237,35 @@ def test_sampling_bench_smoke(part, tmp_path, capsys):
         assert {"sample_block T=1", "sample_block top-k, top-p"} <= set(df["piece"]) and (df["us"] > 0).all()
 
 
+@pytest.mark.gpu
+def test_sampling_bench_launches(tmp_path, capsys):
+    """Each launch of sample_block in its graph, its own time: T=1 is four launches (stats, finish, mass,
+    pick), a filtered step twelve (stats, four top-k and four top-p passes, finish, mass, pick)."""
+    import pandas as pd
+
+    from bench import sampling_bench
+
+    sampling_bench.main(["--smoke", "--parts", "launches", "--out", str(tmp_path)])
+    df = pd.read_csv(_one(tmp_path, "sampling_launches_*.csv"))
+    counts = df.groupby(["rows", "sampling"])["launch"].count().to_dict()
+    for rows in (1, 16):
+        assert counts[rows, "T=1"] == 4
+        assert counts[rows, "top-k 50, top-p 0.95"] == counts[rows, "top-p 0.95"] == 12
+    assert (df["own_us"] >= 0).all() and (df["duration_us"] > 0).all()
+    assert "launches of sample_block" in capsys.readouterr().out
+
+
+def test_sampling_bench_launches_needs_a_gpu(tmp_path):
+    from bench import sampling_bench
+    from tileinfer.errors import ConfigError
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ConfigError, match="launches part"):
+        sampling_bench.main(["--smoke", "--parts", "launches", "--out", str(tmp_path)])
+    assert not list(tmp_path.glob("sampling_launches_*.csv"))
+
+
 @pytest.fixture(scope="module")
 def wide_pair(tmp_path_factory):
     """A vocabulary past the top-k candidates."""
