@@ -17,7 +17,8 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 `--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
 (TILEINFER_STEP_KV, fused layers only); `--early-kv off,on` without and with the target's attention
-loading each split's first K/V block before that wait (`decode_attention.set_early_kv`).
+loading each split's first K/V block before that wait (`decode_attention.set_early_kv`); `--num-splits
+auto,16,24` with the engine's split count for the decode attention and with each count given.
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
 `verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
@@ -102,13 +103,14 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
 
 
-def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None):
+def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None, num_splits="auto"):
+    splits = {} if num_splits == "auto" else {"num_splits": int(num_splits)}
     target, drafter = checkpoints(model, Path(args.root))
     g = torch.Generator().manual_seed(0)
     for weights in args.weights:
         engine = tileinfer.load(target, draft=drafter, weights=weights)
         fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": "on" if engine.ops.step_kv else "off",
-                 "early_kv": decode_attention.early_kv_label()}
+                 "early_kv": decode_attention.early_kv_label(), "num_splits": num_splits}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
@@ -118,7 +120,7 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
             if record_sites:
                 record_sites(site_rows(prof, cfg, kv, weights, bandwidth), model=model, weights=weights, mode="plain",
                              point=point, accept="-", pdl=pdl_label(engine.device), **fused)
-            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
+            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **splits)
             record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts,
                              engine.device) | fused)
             dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
@@ -127,7 +129,7 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
                 record_sites(site_rows(prof, cfg, kv, weights, bandwidth), model=model, weights=weights, mode="dflash",
                              point=point, accept=f"replay:{replayed(point)[0]}", pdl=pdl_label(engine.device), **fused)
             for tps in replayed(point):
-                r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps)
+                r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps, **splits)
                 record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
                                  counts, engine.device) | fused)
         del engine
@@ -140,9 +142,9 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
             floor = step_bytes(cfg, len(ids) + args.new_tokens // 2, 1, "bf16") / bandwidth * 1e3
             counts, _ = launches(engine, ids, 1, None)
-            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1)
+            r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **splits)
             record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device)
-                   | {"fuse_norms": "off", "step_kv": "off", "prefetch_k": 0})
+                   | {"fuse_norms": "off", "step_kv": "off", "prefetch_k": 0, "num_splits": num_splits})
         del engine
         gc.collect()
 
@@ -182,6 +184,8 @@ def main(argv=None):
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
     parser.add_argument("--early-kv", default="off", help="off, on or off,on: first K/V block read before PDL's wait")
+    parser.add_argument("--num-splits", default="auto",
+                        help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
     parser.add_argument("--launches", action="store_true",
                         help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
                              "(floor_launches_<gpu>.csv)")
@@ -193,8 +197,11 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv = (
-        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv))
+    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.num_splits = (
+        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.num_splits))
+    bad_splits = [x for x in args.num_splits if x != "auto" and not (x.isdigit() and int(x) >= 1)]
+    if bad_splits:
+        parser.error(f"--num-splits takes auto or counts >= 1, got {', '.join(bad_splits)}")
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on")),
@@ -226,24 +233,25 @@ def main(argv=None):
     for setting in args.pdl:
         pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
         for model in args.models:
-            for fuse, blocks, kv, step_kv, early in itertools.product(args.fuse_norms, args.prefetch_k, args.kv_prefetch,
-                                                                       args.step_kv, args.early_kv):
+            for fuse, blocks, kv, step_kv, early, splits in itertools.product(
+                    args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.num_splits):
                 if fuse == "off" and step_kv == "on" and "off" in args.step_kv:
                     continue  # unfused layers have no step_kv: measured once, as "off"
                 gemm_configs.set_prefetch_k(blocks)
                 decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                 decode_attention.set_early_kv(early == "on")
                 with switches_env(fuse_norms=fuse == "on", step_kv=step_kv == "on"):  # read by the engines loaded inside
-                    first = (fuse, blocks, kv, step_kv, early) == (args.fuse_norms[0], args.prefetch_k[0],
-                                                                   args.kv_prefetch[0], args.step_kv[0], args.early_kv[0])
+                    first = (fuse, blocks, kv, step_kv, early, splits) == (
+                        args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0], args.step_kv[0], args.early_kv[0],
+                        args.num_splits[0])
                     measure_model(model, args, bandwidth, record, cublas=first,
-                                  record_sites=record_sites if args.launches else None)
+                                  record_sites=record_sites if args.launches else None, num_splits=splits)
                 # written after each model, so a run cut short keeps what it measured
                 path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                 if site_table:
                     write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                 print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
-                      f"step K/V {step_kv}, early K/V {early}: done at "
+                      f"step K/V {step_kv}, early K/V {early}, splits {splits}: done at "
                       f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
@@ -252,12 +260,12 @@ def main(argv=None):
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3} "
-          f"{'skv':>3} {'ekv':>3}")
+          f"{'skv':>3} {'ekv':>3} {'splits':>6}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
-              f"{r['step_kv']:>3} {r['early_kv']:>3}")
+              f"{r['step_kv']:>3} {r['early_kv']:>3} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
     return rows

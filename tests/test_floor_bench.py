@@ -87,6 +87,9 @@ def test_unknown_point_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         floor_bench.main(["--models", "tiny", "--points", "tiny", "--early-kv", "soon", "--out", str(tmp_path)])
     assert "--early-kv: unknown soon" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--num-splits", "auto,0", "--out", str(tmp_path)])
+    assert "--num-splits takes auto or counts >= 1, got 0" in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))
 
 
@@ -116,13 +119,14 @@ def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
     assert line.split() == ["qwen3-4b", "bf16", "plain", "attention", "8,", "qkv", "4"]
 
 
-def test_early_kv_measured_off_and_on(tmp_path):
+def test_early_kv_and_split_counts_measured_each(tmp_path):
     before = decode_attention.early_kv_label()
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--early-kv", "off,on", "--no-cublas", "--bandwidth-gbs", "50",
-                      "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+                      "1", "--pdl", "off", "--early-kv", "off,on", "--num-splits", "auto,2", "--no-cublas",
+                      "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
     (path,) = tmp_path.glob("floor_*.csv")
-    table = pd.read_csv(path)
-    assert list(zip(table["mode"], table["early_kv"])) == [("plain", "off"), ("dflash", "off"), ("plain", "on"),
-                                                          ("dflash", "on")]
+    table = pd.read_csv(path, dtype={"num_splits": str})
+    assert list(zip(table["mode"], table["early_kv"], table["num_splits"])) == [
+        ("plain", "off", "auto"), ("dflash", "off", "auto"), ("plain", "off", "2"), ("dflash", "off", "2"),
+        ("plain", "on", "auto"), ("dflash", "on", "auto"), ("plain", "on", "2"), ("dflash", "on", "2")]
     assert decode_attention.early_kv_label() == before  # as it was before the run
