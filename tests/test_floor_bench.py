@@ -71,25 +71,18 @@ def test_a_row_per_configuration_beside_its_floor(table):
     assert int8 < bf16  # an INT8 step reads fewer weight bytes
 
 
-def test_unknown_point_is_named(tmp_path, capsys):
+@pytest.mark.parametrize("args,message", [
+    (["--points", "2k"], "--points: unknown 2k"),
+    (["--points", "tiny", "--pdl", "maybe"], "--pdl: unknown maybe"),
+    (["--points", "tiny", "--kv-prefetch", "yes"], "--kv-prefetch: unknown yes"),
+    (["--points", "tiny", "--step-kv", "both"], "--step-kv: unknown both"),
+    (["--points", "tiny", "--early-kv", "soon"], "--early-kv: unknown soon"),
+    (["--points", "tiny", "--num-splits", "auto,0"], "--num-splits takes auto or counts >= 1, got 0"),
+])
+def test_unknown_value_is_named(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        floor_bench.main(["--models", "tiny", "--points", "2k", "--out", str(tmp_path)])
-    assert "--points: unknown 2k" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        floor_bench.main(["--models", "tiny", "--points", "tiny", "--pdl", "maybe", "--out", str(tmp_path)])
-    assert "--pdl: unknown maybe" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        floor_bench.main(["--models", "tiny", "--points", "tiny", "--kv-prefetch", "yes", "--out", str(tmp_path)])
-    assert "--kv-prefetch: unknown yes" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        floor_bench.main(["--models", "tiny", "--points", "tiny", "--step-kv", "both", "--out", str(tmp_path)])
-    assert "--step-kv: unknown both" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        floor_bench.main(["--models", "tiny", "--points", "tiny", "--early-kv", "soon", "--out", str(tmp_path)])
-    assert "--early-kv: unknown soon" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        floor_bench.main(["--models", "tiny", "--points", "tiny", "--num-splits", "auto,0", "--out", str(tmp_path)])
-    assert "--num-splits takes auto or counts >= 1, got 0" in capsys.readouterr().err
+        floor_bench.main(["--models", "tiny", *args, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
     assert not list(tmp_path.glob("floor_*.csv"))
 
 
