@@ -5,7 +5,7 @@ import pytest
 
 from bench.ref.metric import (
     REQUIRED_FIELDS, ROW_FIELDS, Row, accept_mode, agreement, append_jsonl, datasheet_bandwidth_gbs,
-    decode_tok_s, format_table, measure, read_jsonl, step_ms, summarize, validate_row, write_csv,
+    decode_tok_s, format_table, measure, read_jsonl, spreads, step_ms, summarize, validate_row, write_csv,
 )
 from bench.ref.procs import run_workers
 
@@ -90,8 +90,19 @@ def test_summary_flags_disagreement():
     by_task = {s["task"]: s for s in summary}
     assert by_task["edit"]["agree"] and not by_task["explain"]["agree"]
     assert by_task["edit"]["decode_tok_s"] == 401.0 and by_task["edit"]["processes"] == 3
+    assert by_task["explain"]["decode_spread"] == pytest.approx(10 / 175)
+    assert by_task["explain"]["prefill_spread"] == 0.0
     table = format_table(summary)
     assert "**disagree**" in table and table.count("\n") == 2 + 2
+    explain = next(line for line in table.splitlines() if "| explain |" in line)
+    assert "| **5.71 %** | 0.00 % | **disagree** |" in explain
+
+
+def test_spreads_name_the_metric():
+    rows = [make_row(process=0, prefill_ms=20.0), make_row(process=1, prefill_ms=40.0)]
+    each = spreads(rows)
+    assert each["decode_tok_s"] == 0.0 and each["prefill_ms"] == pytest.approx(20 / 30)
+    assert agreement(rows) == (pytest.approx(20 / 30), False)
 
 
 def test_row_schema():
@@ -138,10 +149,8 @@ def test_datasheet_bandwidth():
 
 
 def test_peer_rows_and_rows_recorded_before_the_optional_fields():
-    from pathlib import Path
-    recorded = Path(__file__).resolve().parents[1] / "bench" / "results"
-    old = [r for p in sorted(recorded.glob("comparison_*_h200.jsonl")) for r in read_jsonl(p)]
-    assert old and all(validate_row(r) for r in old)  # no model, version, mode: still valid
+    old = [{k: v for k, v in make_row(process=i).items() if k in REQUIRED_FIELDS} for i in range(2)]
+    assert all(validate_row(r) for r in old)  # no model, version, mode: still valid
     peer = make_row(engine="transformers", version="5.17.0", mode="static-compile", model="qwen3-4b",
                     dflash=False, block_size=1, note="reply capped")
     assert validate_row(peer) is peer and validate_row(make_row(engine="dflash", mode="eager"))
@@ -151,3 +160,4 @@ def test_peer_rows_and_rows_recorded_before_the_optional_fields():
     assert {(s["engine"], s["mode"]) for s in summary} >= {("tileinfer", ""), ("transformers", "static-compile")}
     table = format_table(summary)
     assert "| transformers static-compile | qwen3-4b | 1k |" in table and "one process: unchecked" in table
+    assert "| tileinfer | - | 1k |" in table

@@ -75,10 +75,12 @@ def test_reference_comparison_as_bandwidth_fractions():
         dict(engine="vllm", gpu="RTX 4080 SUPER", gpu_bandwidth_gbs=736, point="8k", task="edit", weights="",
              metric="prompt_tokens", value=8181),
     ])
-    ours = pd.DataFrame([dict(engine="tileinfer", gpu="NVIDIA H200", gpu_bandwidth_gbs=4190, point="8k", task="edit",
-                              weights="bf16", decode_tok_s=300.0, tokens_per_step=1.87, prompt_tokens=8181,
-                              new_tokens=2048, process=p) for p in (0, 1)])
+    # each process measured the bandwidth again: still one row, at the processes' median
+    ours = pd.DataFrame([dict(engine="tileinfer", gpu="NVIDIA H200", gpu_bandwidth_gbs=gbs, point="8k", task="edit",
+                              weights="bf16", decode_tok_s=tok_s, tokens_per_step=1.87, prompt_tokens=8181,
+                              new_tokens=2048, process=p) for p, gbs, tok_s in ((0, 4100, 299.0), (1, 4280, 301.0))])
     fr = reference_fractions(reference, ours).set_index("engine")
+    assert fr.loc["tileinfer", "gpu_bandwidth_gbs"] == 4190 and fr.loc["tileinfer", "decode_tok_s"] == 300.0
     assert fr.loc["vllm", "step_ms"] == pytest.approx(26.906, abs=1e-3)  # the comparison's 26.9 ms
     assert fr.loc["vllm", "kv_len"] == 8181 and fr.loc["tileinfer", "kv_len"] == 8181 + 1024
     expected = fr.loc["vllm", "bytes_per_step"] / 26.906e-3 / 736e9

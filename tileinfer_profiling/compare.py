@@ -42,6 +42,9 @@ def _long(df, source):
     if "metric" in df.columns:
         return df[KEYS + ["metric", "value"]]
     metrics = [m for m in _WIDE_METRICS if m in df.columns]
+    # each process measures the bandwidth again: one figure per configuration, so its processes are one bar
+    same = [k for k in KEYS if k not in ("source", "gpu_bandwidth_gbs")]
+    df["gpu_bandwidth_gbs"] = df.groupby(same, dropna=False)["gpu_bandwidth_gbs"].transform("median")
     long = df.melt(id_vars=KEYS, value_vars=metrics, var_name="metric", value_name="value")
     return long.groupby(KEYS + ["metric"], as_index=False)["value"].median()
 

@@ -146,17 +146,27 @@ def measure(reply, prefill, trials=TRIALS, warmup_s=WARMUP_S, clock=time.perf_co
     return Timing(statistics.median(lat), statistics.median(pre), lat, pre, out)
 
 
-def agreement(rows, metrics=AGREEMENT_METRICS, tol=AGREEMENT):
-    """(spread, ok): the largest (max - min) / median over `metrics` across processes, and spread <= tol."""
-    spread = 0.0
+def spreads(rows, metrics=AGREEMENT_METRICS):
+    """{metric: (max - min) / median across processes}; NaN where a value is NaN."""
+    out = {}
     for m in metrics:
         values = [float(r[m]) for r in rows]
         if not values:
             continue
         if any(math.isnan(v) for v in values):
-            return math.nan, False
+            out[m] = math.nan
+            continue
         mid = statistics.median(values)
-        spread = max(spread, (max(values) - min(values)) / mid if mid else math.inf)
+        out[m] = (max(values) - min(values)) / mid if mid else math.inf
+    return out
+
+
+def agreement(rows, metrics=AGREEMENT_METRICS, tol=AGREEMENT):
+    """(spread, ok): the largest of `spreads` over `metrics`, and spread <= tol."""
+    each = spreads(rows, metrics).values()
+    if any(math.isnan(v) for v in each):
+        return math.nan, False
+    spread = max(each, default=0.0)
     return spread, spread <= tol
 
 
@@ -177,28 +187,39 @@ def summarize(rows, tol=AGREEMENT):
     out = []
     for key, group in groups.items():
         spread, ok = agreement(group, tol=tol)
+        each = spreads(group)
         med = {m: statistics.median(float(r[m]) for r in group)
                for m in ("prompt_tokens", "new_tokens", "latency_ms", "prefill_ms", "decode_tok_s",
                          "tokens_per_step", "steps")}
         out.append(dict(zip(CONFIG_KEY, key)) | med | {
             "step_ms": step_ms(med["latency_ms"], med["prefill_ms"], med["steps"]),
-            "processes": len(group), "spread": spread, "agree": ok})
+            "processes": len(group), "spread": spread, "agree": ok,
+            "decode_spread": each.get("decode_tok_s", math.nan), "prefill_spread": each.get("prefill_ms", math.nan)})
     return out
 
 
-def format_table(summary):
-    """Markdown table of `summarize` output; configurations whose processes disagree are flagged."""
+def _percent(value, tol):
+    """A spread as a percentage, in bold past the tolerance."""
+    text = f"{100 * value:.2f} %"
+    return f"**{text}**" if math.isnan(value) or value > tol else text
+
+
+def format_table(summary, tol=AGREEMENT):
+    """Markdown table of `summarize` output; configurations whose processes disagree are flagged, and the
+    spread of each metric across processes is shown, so a reader sees which one disagrees."""
     head = ("| engine | model | point | task | weights | DFlash | prefill ms | decode tok/s | tokens/step "
-            "| step ms | processes | spread |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "| step ms | processes | decode spread | prefill spread | agree |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for s in summary:
-        flag = " (one process: unchecked)" if s["processes"] < 2 else "" if s["agree"] else " **disagree**"
+        verdict = "one process: unchecked" if s["processes"] < 2 else "yes" if s["agree"] else "**disagree**"
         engine = f"{s['engine']} {s['mode']}".strip()
         lines.append(
             f"| {engine} | {s['model'] or '-'} | {s['point']} | {s['task']} | {s['weights']} | "
             f"{'k=' + str(s['block_size'] - 1) if s['dflash'] else 'off'} | {s['prefill_ms']:.1f} | "
             f"{s['decode_tok_s']:.1f} | {s['tokens_per_step']:.2f} | {s['step_ms']:.2f} | "
-            f"{s['processes']} | {100 * s['spread']:.2f} %{flag} |")
+            f"{s['processes']} | {_percent(s['decode_spread'], tol)} | {_percent(s['prefill_spread'], tol)} | "
+            f"{verdict} |")
     return head + "\n".join(lines) + "\n"
 
 
