@@ -111,6 +111,24 @@ def test_edits_compute_their_replies():
     assert tasks.edit_example(rng, "reorder", "x = 1\n", "python") is None
 
 
+def test_scrambled_code_keeps_its_lines_in_another_order():
+    code = "\n".join(f"line {i} = {i * i}" for i in range(40))
+    for seed in range(20):
+        shuffled = tasks.scramble(random.Random(seed), code)
+        assert shuffled != code and sorted(shuffled.split("\n")) == sorted(code.split("\n"))
+    assert tasks.scramble(random.Random(0), "one line") == "one line"
+
+
+def test_some_copies_are_of_scrambled_code(monkeypatch):
+    calls = []
+    real = tasks.scramble
+    monkeypatch.setattr(tasks, "scramble", lambda rng, code: calls.append(code) or real(rng, code))
+    tok = tokenizer.train_tokenizer([data.generate_module(data.TRAIN_SEED0).source(6)], vocab_size=300)
+    enc, rng = data.Encoder(tok), random.Random(5)
+    made = [data.make_example("copy", "julia", rng, enc, {}, 512) for _ in range(60)]
+    assert all(made) and 0.2 < len(calls) / len(made) < 0.6  # SCRAMBLED_COPY = 0.4 of them
+
+
 def test_explainers_name_what_the_code_defines():
     assert "The functions are log_info." in EXPLAIN["shell"]("log_info() {\n  echo hi\n}\nLEVEL=3\n")
     header = "#define MAX_LEN 8\nstruct node {\n  int v;\n};\nint size(struct node *n);\n"

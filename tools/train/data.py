@@ -26,6 +26,10 @@ from tools.train.explain import EXPLAIN
 # the benchmark's prompts (1k edit 15.9 -> 14.0, explain 14.2 -> 10.9 tokens per step) while it reached
 # the held-out floors (bench/results/pair_training_v2_h200.json); the shipped pair had ~half its tokens there.
 MIX = {"copy": 0.18, "edit": 0.22, "continue": 0.06, "explain": 0.10, "code": 0.12, "bench": 0.32}
+# Share of copy examples whose code has its lines shuffled in short runs (`tasks.scramble`): the shipped
+# target paraphrased held-out Python docstrings it was asked to copy (pair_training_v3_h200.json), i.e.
+# it recalled text like them rather than read them back; shuffled text can only be read back.
+SCRAMBLED_COPY = 0.4
 # Share of each kind's examples per language (only the languages with an explainer for "explain").
 LANGS = {"python": 0.45, "julia": 0.25, "c": 0.20, "shell": 0.10}
 # Share of the token budget per row length: the curriculum (`TrainData.sample_seq_len`).
@@ -98,6 +102,8 @@ def make_example(kind, lang, rng, enc, sources, seq_len):
         ids = enc(code) + [enc.eos]
         return ids, min(16, len(ids) - 1)
     if kind == "copy":
+        if rng.random() < SCRAMBLED_COPY:
+            code = tasks.scramble(rng, code)
         return enc.example(tasks.prompt(rng, "copy", code, lang), code)
     if kind == "explain":
         reply = EXPLAIN[lang](code)

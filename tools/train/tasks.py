@@ -1,7 +1,8 @@
 """The training tasks: prompts drawn from compositional phrasings and layouts, and the edits whose
 replies are computed from the code.
 
-A task example is (prompt, reply). Kinds: copy (repeat the code unchanged), rename (an identifier
+A task example is (prompt, reply). Kinds: copy (repeat the code unchanged; `scramble` makes code of
+shuffled lines for some copies), rename (an identifier
 throughout), reindent, literal (change a number everywhere), reorder (swap two top-level
 definitions), continue (the rest of a file) and explain (a summary, `tools/train/explain.py`).
 Instructions come from `tools/train/phrasing.py`, layouts from `tools/train/layouts.py`; neither can
@@ -25,6 +26,23 @@ assert BENCH_LAYOUT.format(code="{code}", instruction=BENCH_INSTRUCTIONS["rename
 assert BENCH_LAYOUT.format(code="{code}", instruction=BENCH_INSTRUCTIONS["explain"]) == BENCH_EXPLAIN
 EDIT_KINDS = ("rename", "reindent", "literal", "reorder")
 KINDS = ("copy",) + EDIT_KINDS + ("continue", "explain")
+
+
+def scramble(rng, code, longest_run=4):
+    """The lines of `code` in another order, moved in runs of 1 to `longest_run` lines: text that no
+    recollection of the source reproduces, so only reading it back can (the copy kind's hard half)."""
+    lines = code.split("\n")
+    runs, i = [], 0
+    while i < len(lines):
+        k = rng.randint(1, longest_run)
+        runs.append(lines[i:i + k])
+        i += k
+    if len(runs) > 1:
+        order = list(range(len(runs)))
+        while order == sorted(order):
+            rng.shuffle(order)
+        runs = [runs[j] for j in order]
+    return "\n".join(line for run in runs for line in run)
 
 
 def indent(code, spaces=4):
