@@ -35,6 +35,11 @@ def test_workbench_reads_the_recorded_runs():
     assert (steps["step_ms"] > 0).all()
     comparison = recorded.comparison(sorted(RESULTS.glob("comparison_*_h200.jsonl")))
     assert set(comparison["point"]) == {"1k", "8k"} and (comparison["decode_tok_s"] > 0).all()
+    assert not comparison.duplicated(["point", "task", "weights", "dflash"]).any()  # processes in one row
+    assert (comparison["processes"] >= 1).all() and (comparison["decode_spread"] >= 0).all()
+    peers = recorded.peer_speedups(RESULTS / "peers_speedup_h200.csv")
+    assert {"transformers eager", "transformers static-compile", "dflash eager"} <= set(peers["peer"])
+    assert (peers["speedup"] > 1).all()
     index = recorded.index(RESULTS).set_index("file")
     assert (index["rows"] > 0).all()
     revisions = {rev.strip() for revs in index["git_rev"] for rev in str(revs).split(",")}

@@ -79,16 +79,35 @@ def engine_steps(path):
 
 
 def comparison(paths):
-    """The comparison's metric (median latencies, decode tok/s) from JSON-lines row files."""
+    """The comparison's metric from JSON-lines row files (one row per prompt × configuration × process): one
+    row per configuration and prompt, medians over its processes, how many there were and how far apart
+    (max − min over the median) their decode speed and prefill were."""
     rows = []
     for path in paths:
         rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame(rows)
+    keys = [c for c in ("point", "task", "weights", "dflash", "accept_mode", "weights_kind", "gpu", "git_rev")
+            if c in df]
+    spread = lambda v: (v.max() - v.min()) / v.median()  # noqa: E731
+    out = df.groupby(keys, sort=False).agg(
+        prefill_ms=("prefill_ms", "median"), decode_tok_s=("decode_tok_s", "median"),
+        tokens_per_step=("tokens_per_step", "median"), processes=("decode_tok_s", "size"),
+        decode_spread=("decode_tok_s", spread), prefill_spread=("prefill_ms", spread)).reset_index()
     cols = ["point", "task", "weights", "dflash", "accept_mode", "prefill_ms", "decode_tok_s", "tokens_per_step",
-            "weights_kind", "gpu", "git_rev"]
-    return df[[c for c in cols if c in df]].round(2)
+            "processes", "decode_spread", "prefill_spread", "weights_kind", "gpu", "git_rev"]
+    return out[[c for c in cols if c in out]].round(4)
+
+
+def peer_speedups(path):
+    """Our configurations against the engines a user would pick instead, on the same GPU, checkpoint and
+    token ids (`bench.peers.speedup`'s CSV): decode tok/s of each and the ratio, and where both decode the
+    same way the ratio of their step costs."""
+    df = pd.read_csv(path)
+    cols = ["point", "task", "weights", "dflash", "peer", "peer_version", "ours_tok_s", "peer_tok_s", "speedup",
+            "ours_step_ms", "peer_step_ms", "step_speedup", "gpu", "git_rev"]
+    return df[[c for c in cols if c in df]].round(3)
 
 
 def long_prompts(path):
