@@ -8,6 +8,8 @@ a caller keeps them.
 """
 
 import json
+import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -78,6 +80,16 @@ def engine_steps(path):
     return df[[c for c in cols if c in df]].round(3).reset_index(drop=True)
 
 
+def spread(values) -> float:
+    """How far a configuration's processes are apart on one metric: (max − min) / median; NaN if any value
+    is NaN, infinite around a zero median."""
+    values = [float(v) for v in values]
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid if mid else math.inf
+
+
 def comparison(paths):
     """The comparison's metric from JSON-lines row files (one row per prompt × configuration × process): one
     row per configuration and prompt, medians over its processes, how many there were and how far apart
@@ -90,7 +102,6 @@ def comparison(paths):
     df = pd.DataFrame(rows)
     keys = [c for c in ("point", "task", "weights", "dflash", "accept_mode", "weights_kind", "gpu", "git_rev")
             if c in df]
-    spread = lambda v: (v.max() - v.min()) / v.median()  # noqa: E731
     out = df.groupby(keys, sort=False).agg(
         prefill_ms=("prefill_ms", "median"), decode_tok_s=("decode_tok_s", "median"),
         tokens_per_step=("tokens_per_step", "median"), processes=("decode_tok_s", "size"),

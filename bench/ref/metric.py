@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tileinfer_profiling.ceilings import datasheet_bandwidth_gbs
+from tileinfer_profiling.recorded import spread
 
 TRIALS = 5
 WARMUP_S = 1.0
@@ -147,27 +148,21 @@ def measure(reply, prefill, trials=TRIALS, warmup_s=WARMUP_S, clock=time.perf_co
 
 
 def spreads(rows, metrics=AGREEMENT_METRICS):
-    """{metric: (max - min) / median across processes}; NaN where a value is NaN."""
-    out = {}
-    for m in metrics:
-        values = [float(r[m]) for r in rows]
-        if not values:
-            continue
-        if any(math.isnan(v) for v in values):
-            out[m] = math.nan
-            continue
-        mid = statistics.median(values)
-        out[m] = (max(values) - min(values)) / mid if mid else math.inf
-    return out
+    """{metric: `recorded.spread` of its values across processes} for the metrics the rows have."""
+    return {m: spread([r[m] for r in rows]) for m in metrics if rows}
+
+
+def _verdict(each, tol):
+    """(spread, ok): the largest of the metrics' spreads, and whether it is within `tol` (NaN never is)."""
+    if any(math.isnan(v) for v in each.values()):
+        return math.nan, False
+    worst = max(each.values(), default=0.0)
+    return worst, worst <= tol
 
 
 def agreement(rows, metrics=AGREEMENT_METRICS, tol=AGREEMENT):
     """(spread, ok): the largest of `spreads` over `metrics`, and spread <= tol."""
-    each = spreads(rows, metrics).values()
-    if any(math.isnan(v) for v in each):
-        return math.nan, False
-    spread = max(each, default=0.0)
-    return spread, spread <= tol
+    return _verdict(spreads(rows, metrics), tol)
 
 
 CONFIG_KEY = ("engine", "mode", "model", "gpu", "weights_kind", "accept_mode", "point", "task", "weights",
@@ -186,14 +181,14 @@ def summarize(rows, tol=AGREEMENT):
         groups.setdefault(config_key(r), []).append(r)
     out = []
     for key, group in groups.items():
-        spread, ok = agreement(group, tol=tol)
         each = spreads(group)
+        worst, ok = _verdict(each, tol)
         med = {m: statistics.median(float(r[m]) for r in group)
                for m in ("prompt_tokens", "new_tokens", "latency_ms", "prefill_ms", "decode_tok_s",
                          "tokens_per_step", "steps")}
         out.append(dict(zip(CONFIG_KEY, key)) | med | {
             "step_ms": step_ms(med["latency_ms"], med["prefill_ms"], med["steps"]),
-            "processes": len(group), "spread": spread, "agree": ok,
+            "processes": len(group), "spread": worst, "agree": ok,
             "decode_spread": each.get("decode_tok_s", math.nan), "prefill_spread": each.get("prefill_ms", math.nan)})
     return out
 
