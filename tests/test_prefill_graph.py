@@ -86,8 +86,9 @@ def test_generation_after_a_padded_prefill(engines, n, block_size):
 def test_plan_counts_the_padded_prefill(engines):
     plain, _ = engines
     model = MemoryModel.from_engine(plain)
+    cpu = dataclasses.replace(model, activations=dataclasses.replace(model.activations, cuda=False))
     gpu = dataclasses.replace(model, activations=dataclasses.replace(model.activations, cuda=True, backend="triton"))
-    assert model.activations.padded_prefill(45) is None and gpu.activations.padded_prefill(45) == 64
+    assert cpu.activations.padded_prefill(45) is None and gpu.activations.padded_prefill(45) == 64
     assert gpu.activations.padded_prefill(3000) is None  # past MAX_TOKENS: chunks, unpadded
     # padded to 64 rows, the chunk's activations are those of 64 tokens less the ids and positions it
     # reads from static buffers, plus the last row picked by copy

@@ -191,6 +191,12 @@ class Engine:
         phases.append(("verify", lambda: self._verify(shape, host_start)))
         return phases
 
+    def _drop_graphs(self):
+        """Forget every captured graph, and their memory pool with them: a capture into a pool whose graphs
+        are all gone trips the caching allocator's use-count assert."""
+        self._graphs.clear()
+        self._pool = None
+
     def _graph(self, key, fn):
         graph = self._graphs.get(key)
         if graph is None:
@@ -285,7 +291,7 @@ class Engine:
         if self.draft_cache is not None:
             grew |= self.draft_cache.ensure(positions)
         if grew:
-            self._graphs.clear()
+            self._drop_graphs()
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], draft: bool = True) -> torch.Tensor:
@@ -406,7 +412,7 @@ class Engine:
         stats = GenerationStats(prompt_tokens=n_prompt, block_size=block, exact=self.exact,
                                 temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
         if sample and self.sampler.start(params, seed, max_new_tokens + 1, self.config.vocab_size):
-            self._graphs.clear()
+            self._drop_graphs()
 
         self._sync()
         t0 = time.perf_counter()
