@@ -8,7 +8,8 @@ import triton.language as tl
 from tests.conftest import assert_close
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
-from tileinfer.ops.linear import Linear, embedding, linear, linear_ref, linear_swiglu, quantize_linear
+from tileinfer.ops.linear import (DEQUANT_MIN_M, Linear, embedding, linear, linear_ref, linear_swiglu,
+                                  quantize_linear)
 from tileinfer.ops.skinny_gemm import _weight_to, skinny_gemm, skinny_gemm_ref
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
 from tileinfer.ops.w8a16_gemm import w8a16_gemm, w8a16_gemm_ref, w8a16_gemm_tiled
@@ -115,6 +116,21 @@ def test_w8a16_tiled_and_dispatch(device, m):
     _check(w8a16_gemm_tiled(x, q.qweight, q.scale), x, ref, torch.bfloat16, f"tiled M={m}")
     _check(w8a16_gemm(x, q.qweight, q.scale), x, ref, torch.bfloat16, f"w8a16_gemm M={m}")
     _check(w8a16_gemm_ref(x, q.qweight, q.scale), x, ref, torch.bfloat16, "w8a16_gemm_ref")
+
+
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_int8_prefill_rows_take_the_definition(device, dtype, scale_dtype):
+    """From DEQUANT_MIN_M rows an INT8 linear is linear_ref itself (weight widened, cuBLAS, scale in place):
+    the same bits; below it, the W8A16 kernel."""
+    gen = torch.Generator().manual_seed(3)
+    q = quantize_linear(Linear(weight=torch.randn(37, 50, generator=gen).to(device)))
+    q = Linear(qweight=q.qweight, scale=q.scale.to(scale_dtype))
+    x = torch.randn(DEQUANT_MIN_M + 3, 50, generator=gen).to(device, dtype)
+    assert torch.equal(linear(x, q), linear_ref(x, q))
+    assert torch.equal(linear(x[:DEQUANT_MIN_M], q), linear_ref(x[:DEQUANT_MIN_M], q))
+    below = x[:DEQUANT_MIN_M - 1]
+    assert torch.equal(linear(below, q), w8a16_gemm(below, q.qweight, q.scale))
 
 
 def test_linear_keeps_leading_dims_and_bf16_scale(device):

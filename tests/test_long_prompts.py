@@ -119,6 +119,8 @@ def test_plan_weights_buffers_and_kv_exact(pair, weights):
     assert plan.weights_bytes == held_weight_bytes(engine) == from_configs.weights_bytes
     state = [engine.target.cos_sin, engine.drafter.cos_sin, engine.start_t, engine.ctx_start_t, engine.block_ids,
              engine.result, engine.forced_accept, engine.arange, engine.features]
+    if engine.graph_prefill:  # on CUDA: the padded prefill's static inputs and output
+        state += [engine.padded_ids, engine.padded_positions, engine.padded_last, engine.padded_logits]
     assert plan.buffers_bytes == sum(t.nbytes for t in state) == from_configs.buffers_bytes
     engine.generate(prompt(300), 40, stop_ids=[])
     assert plan.kv_positions == engine.cache.capacity == engine.draft_cache.capacity

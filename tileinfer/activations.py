@@ -1,7 +1,9 @@
 """Peak activation bytes of a prefill chunk and of a decode / DFlash step, tensor by tensor.
 
 Prefill runs the prompt in chunks of T = min(prefill_chunk, prompt) tokens, so past the KV caches (and
-8 bytes per prompt token for the ids) nothing grows with the prompt: a chunk's peak is that of one
+8 bytes per prompt token for the ids) nothing grows with the prompt; on CUDA with our kernels a short
+prompt runs as one chunk padded to T = `prefill_graph.padded_tokens`, its ids and positions in static
+buffers and its last row picked by index (`Engine._prefill_padded`). A chunk's peak is that of one
 decoder layer on T tokens — the residual stream (h, x, residual), the MLP's gate_up [T, 2I] and its
 activation [T, I] (a step of T <= 16 on the Triton backend computes the activation in the gate_up GEMM) — plus the taps [T, len(target_layer_ids)·H] the drafter turns into context K/V
 right after, and the previous chunk's h and residual still bound. Logits exist for the last row only.
@@ -26,8 +28,9 @@ import torch
 
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
 from tileinfer.ops.backend import fused_layer, gemv
-from tileinfer.ops.linear import SKINNY_MAX_M
+from tileinfer.ops.linear import DEQUANT_MIN_M, SKINNY_MAX_M
 from tileinfer.ops.sample import buffers as sample_buffers
+from tileinfer.prefill_graph import padded_tokens
 from tileinfer.sampling import fused_step, reads_candidates
 from tileinfer.shapes import ModelShape
 
@@ -55,6 +58,7 @@ class ActivationModel:
     sample: bool = False        # a sampling request: the verify's logits exist (drafts stay greedy)
     filtered: bool = False      # ... with top-k / top-p (their sort and cumulative sums)
     candidates: int = 0         # ... read from each row's largest logits instead (SamplingParams.candidates)
+    max_positions: int | None = None  # the model's context (a padded prefill stays within it); None: unbounded
 
     def b(self, *dims: int, e: int | None = None) -> int:
         """Bytes the allocator holds for one tensor of shape `dims` (elements of `e` bytes, default the
@@ -76,8 +80,18 @@ class ActivationModel:
 
     # ---- prefill ------------------------------------------------------------------------------------
 
+    def padded_prefill(self, prompt_len: int) -> int | None:
+        """The size a prompt's prefill is padded to (`Engine.padded_size`), None where it runs unpadded."""
+        if not self.cuda or self.reference:
+            return None
+        limit = self.max_positions if self.max_positions is not None else prompt_len + self.prefill_chunk
+        return padded_tokens(prompt_len, self.prefill_chunk, limit)
+
     def prefill_bytes(self, prompt_len: int) -> int:
         """Peak bytes of prefill beyond weights and KV caches: the worst of its chunks."""
+        padded = self.padded_prefill(prompt_len)
+        if padded is not None:
+            return self._chunk_bytes(padded, padded, 0, prompt_len, padded=True)
         chunk = max(1, min(self.prefill_chunk, prompt_len))
         full, tail = divmod(prompt_len, chunk)
         candidates = []
@@ -87,13 +101,17 @@ class ActivationModel:
             candidates.append(self._chunk_bytes(tail, prompt_len, chunk if full else 0, prompt_len))
         return max(candidates)
 
-    def _chunk_bytes(self, t: int, kv_len: int, previous: int, prompt_len: int) -> int:
+    def _chunk_bytes(self, t: int, kv_len: int, previous: int, prompt_len: int, padded: bool = False) -> int:
+        """A chunk of t tokens; `padded`: the padded prefill, whose ids and positions are static buffers and
+        whose last row is a copy (index_select) of h and of the residual."""
         h, b = self.target.hidden, self.b
         taps = b(t, self.num_taps * h) if self.drafter else 0
-        held = b(prompt_len, e=8) + b(t, e=8) + taps + (self._stream_bytes(previous) if previous else 0)
+        ids = 0 if padded else b(prompt_len, e=8) + b(t, e=8)
+        held = ids + taps + (self._stream_bytes(previous) if previous else 0)
         layer = self._layer_bytes(self.target, t, kv_len, causal=True, decode=False)
         drafter = self._append_context_bytes(t) + self._stream_bytes(t) if self.drafter else 0
-        last_row = self._stream_bytes(t) + self._logits_bytes(1)
+        picked = (1 if self._fused(t) else 2) * b(1, h) if padded else 0  # the last row's copies
+        last_row = self._stream_bytes(t) + self._logits_bytes(1) + picked
         return held + max(self._embedding_bytes(t), layer, drafter, last_row)
 
     def _stream_bytes(self, t: int) -> int:
@@ -192,11 +210,13 @@ class ActivationModel:
     def _linear_scratch(self, n: int, k: int, m: int) -> int:
         """Temporaries of one [m, k] x [n, k]^T linear beyond its output.
 
-        Triton: fp32 split-K partials of the skinny GEMM (M <= 16). PyTorch reference: in exact mode
+        Triton: fp32 split-K partials of the skinny GEMM (M <= 16); INT8 weights from DEQUANT_MIN_M rows
+        widened to the compute dtype (the product scaled in place). PyTorch reference: in exact mode
         M <= 16 runs padded to 16 rows (the padded input and output, then a copy of the m rows); INT8
         weights are dequantized per call (W in the compute dtype, and an fp32 product)."""
         if not self.reference:
-            return self._split_k_bytes(n, k, m)
+            widened = self.b(n, k) if self.int8 and m >= DEQUANT_MIN_M else 0
+            return self._split_k_bytes(n, k, m) + widened
         padded = self.exact and m <= SKINNY_MAX_M
         rows = SKINNY_MAX_M if padded else m
         extra = self.b(rows, k) + self.b(rows, n) if padded else 0

@@ -1,4 +1,5 @@
-"""The engine: prefill, then steps of [drafter pass →] verify → accept, each step a CUDA-graph replay.
+"""The engine: prefill, then steps of [drafter pass →] verify → accept, each step a CUDA-graph replay
+(and the prefill of a short prompt one too: tileinfer.prefill_graph).
 
 Plain greedy decoding is the same loop with a block of one token and no drafter. Device state (the
 anchor's position, the block, the drafter's new context) is updated inside the graphs, so the host
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tileinfer import memory, sampling, tracing
+from tileinfer import memory, prefill_graph, sampling, tracing
 from tileinfer.errors import ConfigError, RequestError
 from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
@@ -74,6 +75,7 @@ class Engine:
             self.mask_token_id = drafter.config.mask_token_id
         else:
             self.draft_cache, self.tap_ids, self.mask_token_id = None, [], 0
+        self.graph_prefill = self.is_cuda and self.backend == "triton"
         self._graphs: dict = {}
         self._pool = None
         self._launches = 0
@@ -93,6 +95,18 @@ class Engine:
         self.sampler = sampling.SamplerState(b, dev)  # temperature, top-k/p, the request's uniforms
         pin = dev.type == "cuda"
         self._host_results = [torch.zeros(b + 1, dtype=torch.int64, pin_memory=pin) for _ in range(3)]
+        self._prompt_state()
+
+    def _prompt_state(self):
+        """The padded prefill's static inputs and output (prefill_graph), where short prompts prefill padded:
+        `graph_prefill`, on by default where generate replays graphs (CUDA, our kernels)."""
+        self.padded_ids = self.padded_positions = self.padded_last = self.padded_logits = None
+        if self.graph_prefill:
+            dev, n = self.device, prefill_graph.MAX_TOKENS
+            self.padded_ids = torch.zeros(n, dtype=torch.int64, device=dev)
+            self.padded_positions = torch.arange(n, dtype=torch.int64, device=dev)
+            self.padded_last = torch.zeros(1, dtype=torch.int64, device=dev)
+            self.padded_logits = torch.zeros(1, self.config.vocab_size, dtype=self.target.dtype, device=dev)
 
     @property
     def exact(self) -> bool:
@@ -176,6 +190,12 @@ class Engine:
             phases.append(("drafter", lambda: self._draft(shape, host_start)))
         phases.append(("verify", lambda: self._verify(shape, host_start)))
         return phases
+
+    def _drop_graphs(self):
+        """Forget every captured graph, and their memory pool with them: a capture into a pool whose graphs
+        are all gone trips the caching allocator's use-count assert."""
+        self._graphs.clear()
+        self._pool = None
 
     def _graph(self, key, fn):
         graph = self._graphs.get(key)
@@ -271,15 +291,54 @@ class Engine:
         if self.draft_cache is not None:
             grew |= self.draft_cache.ensure(positions)
         if grew:
-            self._graphs.clear()
+            self._drop_graphs()
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], draft: bool = True) -> torch.Tensor:
-        """Run the prompt through the target in chunks (and the drafter's context with it); the first token."""
-        return self._prefill(ids, draft).argmax(dim=-1)
+        """Run the prompt through the target in chunks (and the drafter's context with it); the first token.
+        A prompt that `generate` prefills as a graph runs here the same padded prefill, eagerly."""
+        return self._prefill(ids, draft, graphs=False).argmax(dim=-1)
 
-    def _prefill(self, ids: list[int], draft: bool) -> torch.Tensor:
-        """prefill's work; the logits [1, vocab] at the last prompt position."""
+    def _prefill(self, ids: list[int], draft: bool, graphs: bool) -> torch.Tensor:
+        """prefill's work; the logits [1, vocab] at the last prompt position. A short prompt (`padded_size`)
+        runs padded, as one graph replay with `graphs`."""
+        size = self.padded_size(len(ids))
+        if size is None:
+            return self._prefill_chunks(ids, draft)
+        self._ensure_caches(size)
+        self.padded_ids[:len(ids)].copy_(torch.tensor(ids, dtype=torch.int64))
+        self.padded_ids[len(ids):size].zero_()
+        self.padded_last.fill_(len(ids) - 1)
+        with tracing.annotate("prefill", tokens=len(ids), padded=size):
+            run = lambda: self._prefill_padded(size, draft)  # noqa: E731
+            if graphs:
+                self._graph(("prefill", size, draft, self.exact), run).replay()
+            else:
+                run()
+        return self.padded_logits
+
+    def padded_size(self, prompt_len: int) -> int | None:
+        """The size this engine pads a prompt's prefill to (prefill_graph.padded_tokens), None: unpadded."""
+        if not self.graph_prefill:
+            return None
+        return prefill_graph.padded_tokens(prompt_len, self.prefill_chunk, self.config.max_position_embeddings)
+
+    def _prefill_padded(self, size: int, draft: bool) -> None:
+        """The prompt in `padded_ids` padded to `size` tokens, in one chunk; its last row's logits written to
+        `padded_logits` (that row's index in `padded_last`): every tensor it reads or writes is static."""
+        target, drafter = self.target, self.drafter if draft else None
+        tokens, positions = self.padded_ids[:size], self.padded_positions[:size]
+        taps = torch.empty(size, drafter.feature_size, dtype=target.dtype, device=self.device) if drafter else None
+        h, residual = target.forward(tokens, positions, self.cache, AttentionContext(size, None, causal=True),
+                                     taps=taps, tap_ids=self.tap_ids if drafter else ())
+        if drafter:
+            drafter.append_context(taps, positions, self.draft_cache)
+        last = target.final_norm(None if h is None else h.index_select(0, self.padded_last),
+                                 residual.index_select(0, self.padded_last))
+        self.padded_logits.copy_(target.logits(last))
+
+    def _prefill_chunks(self, ids: list[int], draft: bool) -> torch.Tensor:
+        """The prompt in chunks of `prefill_chunk` tokens, eagerly; the logits [1, vocab] at its last position."""
         target, chunk = self.target, self.prefill_chunk
         drafter = self.drafter if draft else None
         tokens = torch.tensor(ids, dtype=torch.int64, device=self.device)
@@ -353,11 +412,11 @@ class Engine:
         stats = GenerationStats(prompt_tokens=n_prompt, block_size=block, exact=self.exact,
                                 temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
         if sample and self.sampler.start(params, seed, max_new_tokens + 1, self.config.vocab_size):
-            self._graphs.clear()
+            self._drop_graphs()
 
         self._sync()
         t0 = time.perf_counter()
-        logits = self._prefill(ids, draft=block > 1)
+        logits = self._prefill(ids, draft=block > 1, graphs=use_graphs)
         first = self._sample(logits, self.block_ids[1:1], filtered, candidates)[1] if sample else logits.argmax(dim=-1)
         self.block_ids[:1].copy_(first)
         self.start_t.fill_(n_prompt)

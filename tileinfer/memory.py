@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tileinfer import byte_model
+from tileinfer import byte_model, prefill_graph
 from tileinfer.activations import ActivationModel
 from tileinfer.errors import RequestError
 from tileinfer.kv_cache import KV_GRANULE
@@ -83,7 +83,8 @@ class MemoryModel:
                                cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
                                max_num_splits=max_num_splits(engine.device),
                                fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights,
-                               step_kv=engine.ops.step_kv, fused_argmax=engine.ops.fused_argmax)
+                               step_kv=engine.ops.step_kv, fused_argmax=engine.ops.fused_argmax,
+                               max_positions=c.max_position_embeddings)
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
                    weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
                    activations=acts)
@@ -107,11 +108,13 @@ class MemoryModel:
             rope += (max(draft_config.layers.max_position_embeddings, config.max_position_embeddings) + 128) \
                 * draft.layers.head_dim * 4
         state = 8 * (3 * block + 4) + block * num_taps * target.hidden * elem
+        if cuda and backend == "triton":  # Engine.graph_prefill: prompt ids, positions, last row, its logits
+            state += 8 * (2 * prefill_graph.MAX_TOKENS + 1) + target.vocab * elem
         acts = ActivationModel(target=target, drafter=draft.layers if draft else None, block_size=block,
                                num_taps=num_taps, elem=elem, int8=weights == "int8", backend=backend, exact=exact,
                                cuda=cuda, prefill_chunk=prefill_chunk, fused_layers=ops.fuse_norms,
                                fused_gemms=ops.folds_norm_weights, step_kv=ops.step_kv,
-                               fused_argmax=ops.fused_argmax)
+                               fused_argmax=ops.fused_argmax, max_positions=config.max_position_embeddings)
         return cls(target=target, drafter=acts.drafter, max_positions=config.max_position_embeddings,
                    weights_bytes=weights_bytes, buffers_bytes=rope + state, activations=acts)
 
@@ -235,11 +238,13 @@ def held_weight_bytes(engine) -> int:
 
 
 def held_buffer_bytes(engine) -> int:
-    """RoPE tables and the step state."""
+    """RoPE tables, the step state and the padded prefill's inputs and output."""
     tensors = [engine.target.cos_sin, engine.start_t, engine.ctx_start_t, engine.block_ids, engine.result,
                engine.forced_accept, engine.arange, engine.features]
     if engine.drafter is not None:
         tensors.append(engine.drafter.cos_sin)
+    if engine.graph_prefill:
+        tensors += [engine.padded_ids, engine.padded_positions, engine.padded_last, engine.padded_logits]
     return _unique_bytes(tensors)
 
 

@@ -66,7 +66,8 @@ def skipped(what):
 
 
 PHASE_NOTES = {
-    "prefill": "the prompt through the target (and the drafter's context), in chunks; payload: tokens",
+    "prefill": ("the prompt through the target (and the drafter's context), in chunks or padded; "
+                "payload: tokens (padded: the size)"),
     "drafter": "one drafter pass over the block [anchor, masks]: block_size − 1 draft tokens",
     "verify": "the target over [anchor, drafts], causal over its KV cache; payload: kv_len",
     "accept": "longest matching prefix, bonus token, KV length rolled back",

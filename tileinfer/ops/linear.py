@@ -4,7 +4,8 @@
   M <= 16, float weight  -> our skinny GEMM (skinny_gemm.py; GEMV for M = 1, tl.dot with M padded to 16 above)
   M <= 16, int8 weight   -> the same skinny kernel, converting int8 -> x.dtype in registers, scale in the epilogue
   M > 16,  float weight  -> F.linear (cuBLAS)
-  M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py)
+  M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py); from DEQUANT_MIN_M rows, the definition:
+                            the int8 weight widened to x's dtype (exact), cuBLAS, the scale in place
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
 `linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
 MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
@@ -27,6 +28,11 @@ from tileinfer.ops.swiglu import silu_mul
 from tileinfer.ops.w8a16_gemm import w8a16_gemm
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# From this many rows an INT8 linear is compute-bound: widening its weight (1 byte read, 2 written per
+# weight) costs less than our tiled W8A16 GEMM loses to cuBLAS there (the H200's 8k INT8 prefill took
+# 225 ms against BF16's 150 ms, bench/results/comparison_8k_h200.md); below it the W8A16 GEMM reads half
+# the bytes.
+DEQUANT_MIN_M = 256
 
 
 @dataclass
@@ -163,8 +169,10 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
         return x.new_empty(*lead, lin.out_features)
     if m <= SKINNY_MAX_M:
         y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact)
-    elif lin.is_quantized:
+    elif lin.is_quantized and m < DEQUANT_MIN_M:
         y = w8a16_gemm(x2, lin.qweight, lin.scale)
+    elif lin.is_quantized:  # linear_ref's bits: the in-place product rounds as its fp32 temporary does
+        y = F.linear(x2, lin.qweight.to(x2.dtype)).mul_(lin.scale)
     else:
         y = F.linear(x2, lin.weight.to(x.dtype))
     return y.reshape(*lead, lin.out_features)
