@@ -29,7 +29,8 @@ class FakeEngine:
         cost *= 0.6 if self.weights == "int8" else 1.0
         steps = -(-(max_new_tokens - 1) // per_step)
         self.clock.t += (50.0 + steps * cost) / 1e3                   # prefill 50 ms
-        stats = SimpleNamespace(new_tokens=max_new_tokens, steps=steps, mean_tokens_per_step=per_step)
+        stats = SimpleNamespace(new_tokens=max_new_tokens, steps=steps, mean_tokens_per_step=per_step,
+                                prefill_ms=0.0)
         return SimpleNamespace(tokens=[0] * max_new_tokens, stats=stats)
 
 

@@ -36,7 +36,8 @@ class FakeEngine:
         per_step = int(accept_profile or 1)
         steps = max(1, -(-(max_new_tokens - 1) // per_step))
         stats = FakeStats(prompt_tokens=len(prompt), new_tokens=max_new_tokens, steps=steps,
-                          tokens_per_step=[per_step] * steps, block_size=block_size or 16)
+                          tokens_per_step=[per_step] * steps, block_size=block_size or 16,
+                          prefill_ms=0.5 + len(self.calls) * 1e-3)  # the call's own 1 ms, less its overhead
         return SimpleNamespace(tokens=[0] * max_new_tokens, text=None, stats=stats)
 
 
@@ -90,6 +91,10 @@ def test_worker_rows_with_a_fake_engine(dflash):
         assert row["weights_kind"] == "random" and row["weights"] == "int8"
         assert row["decode_tok_s"] > 0 and not math.isnan(row["decode_tok_s"])
         assert len(row["latency_trials_ms"]) == 3
+        # the engine's own prefill times of the measured trials (not the warm-up's), each within its call
+        assert len(row["engine_prefill_trials_ms"]) == 3
+        assert all(inner < wall for inner, wall in zip(row["engine_prefill_trials_ms"], row["prefill_trials_ms"]))
+    assert len({t for r in rows for t in r["engine_prefill_trials_ms"]}) == 6  # each trial its own call
     edit = rows[0]
     if dflash == "on":
         assert edit["accept_mode"] == "replay:7.1" and edit["tokens_per_step"] == 7.0
@@ -111,6 +116,7 @@ def test_worker_on_a_tiny_random_checkpoint(tmp_path):
                             "--accept-profile", "edit=2,explain=1.5"])
     rows = spec.run_worker(args, load=load, emit=lambda row: None)
     assert [r["prompt_tokens"] for r in rows] == [320, 320]
+    assert all(0 < r["engine_prefill_trials_ms"][0] <= r["prefill_trials_ms"][0] for r in rows)
     assert all(r["new_tokens"] == 8 and r["accept_mode"].startswith("replay:") for r in rows)
 
 

@@ -64,6 +64,9 @@ class Row:
     note: str = ""  # what a reader must know about this row (a fallback taken, a capped reply)
     drafter_ms_per_step: float | None = None  # DFlash: the drafter pass and the verify forward, where
     verify_ms_per_step: float | None = None  # the engine times them apart
+    # each 1-token request's prefill as the engine times it inside its call (prompt in, first token out),
+    # where it reports one: prefill_trials_ms less these is the call's own work around the prefill
+    engine_prefill_trials_ms: list = field(default_factory=list)
 
     def as_dict(self):
         return asdict(self)
@@ -124,6 +127,7 @@ class Timing:
     latency_trials_ms: list
     prefill_trials_ms: list
     reply: object  # what the last reply call returned
+    engine_prefill_trials_ms: list = field(default_factory=list)  # the engine's own, where the caller adds it
 
 
 def measure(reply, prefill, trials=TRIALS, warmup_s=WARMUP_S, clock=time.perf_counter):
