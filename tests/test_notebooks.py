@@ -160,5 +160,6 @@ def test_report_writes_a_page_without_code_that_opens_with_its_findings(tmp_path
     assert html.index("Findings") < html.index("This run") < html.index("Against the peers")
     assert "replays 7.1 tokens per step" in html and "random weights" in html and "git revision" in html
     assert "this project · NVIDIA H200" in html and "embedded toy pair" in html
+    assert "Every Qwen3 shape at 1k" in html and "qwen3-0.6b" in html  # the recorded model sizes
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert "DFlash: tokens per step (replayed 7.1)" in set(summary["figure"])

@@ -37,6 +37,12 @@ def test_workbench_reads_the_recorded_runs():
     assert set(comparison["point"]) == {"1k", "8k"} and (comparison["decode_tok_s"] > 0).all()
     assert not comparison.duplicated(["point", "task", "weights", "dflash"]).any()  # processes in one row
     assert (comparison["processes"] >= 1).all() and (comparison["decode_spread"] >= 0).all()
+    sizes = recorded.model_sizes([RESULTS / "sizes_h200.jsonl", RESULTS / "comparison_1k_h200.jsonl"])
+    assert list(sizes["model"]) == ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"]
+    assert sizes["floor_ms"].is_monotonic_increasing and sizes["plain_tok_s"].is_monotonic_decreasing
+    assert ((sizes["plain_of_floor"] > 0) & (sizes["plain_of_floor"] < 1)).all()
+    assert (sizes["dflash_edit_tok_s"] > sizes["dflash_explain_tok_s"]).all()
+    assert (sizes["dflash_explain_tok_s"] > sizes["plain_tok_s"]).all()
     peers = recorded.peer_speedups(RESULTS / "peers_speedup_h200.csv")
     assert {"transformers eager", "transformers static-compile", "dflash eager"} <= set(peers["peer"])
     assert (peers["speedup"] > 1).all()

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from tileinfer.shapes import QWEN3
 from tileinfer_profiling.ceilings import H200
+from tileinfer_profiling.roofline import step_bytes
 
 
 def results(directory):
@@ -90,25 +92,57 @@ def spread(values) -> float:
     return (max(values) - min(values)) / mid if mid else math.inf
 
 
-def comparison(paths):
-    """The comparison's metric from JSON-lines row files (one row per prompt × configuration × process): one
-    row per configuration and prompt, medians over its processes, how many there were and how far apart
-    (max − min over the median) their decode speed and prefill were."""
+def _rows(paths):
     rows = []
     for path in paths:
         rows += [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame(rows)
-    keys = [c for c in ("point", "task", "weights", "dflash", "accept_mode", "weights_kind", "gpu", "git_rev")
-            if c in df]
+    return pd.DataFrame(rows)
+
+
+def comparison(paths):
+    """The comparison's metric from JSON-lines row files (one row per prompt × configuration × process): one
+    row per model, configuration and prompt, medians over its processes, how many there were and how far
+    apart (max − min over the median) their decode speed and prefill were."""
+    df = _rows(paths)
+    if not len(df):
+        return df
+    keys = [c for c in ("model", "point", "task", "weights", "dflash", "accept_mode", "weights_kind", "gpu",
+                        "git_rev") if c in df]
     out = df.groupby(keys, sort=False).agg(
         prefill_ms=("prefill_ms", "median"), decode_tok_s=("decode_tok_s", "median"),
         tokens_per_step=("tokens_per_step", "median"), processes=("decode_tok_s", "size"),
         decode_spread=("decode_tok_s", spread), prefill_spread=("prefill_ms", spread)).reset_index()
-    cols = ["point", "task", "weights", "dflash", "accept_mode", "prefill_ms", "decode_tok_s", "tokens_per_step",
-            "processes", "decode_spread", "prefill_spread", "weights_kind", "gpu", "git_rev"]
+    cols = ["model", "point", "task", "weights", "dflash", "accept_mode", "prefill_ms", "decode_tok_s",
+            "tokens_per_step", "processes", "decode_spread", "prefill_spread", "weights_kind", "gpu", "git_rev"]
     return out[[c for c in cols if c in out]].round(4)
+
+
+def model_sizes(paths, point="1k", weights="bf16"):
+    """How the engine scales over the Qwen3 shapes, from the comparison's rows of several models (`run_all.sh
+    sizes` beside the main model's): per shape, plain decoding's tok/s and the share of its byte floor it
+    reaches (weights + LM head + the KV cache at mid-reply ÷ the bandwidth measured in the same run, over
+    1 / tok/s), DFlash's tok/s on each task, and the 1-token request."""
+    df = _rows(paths)
+    if not len(df):
+        return df
+    df = df[(df["point"] == point) & (df["weights"] == weights)]
+    out = []
+    for model, rows in df.groupby("model", sort=False):
+        plain, dflash = rows[~rows["dflash"].astype(bool)], rows[rows["dflash"].astype(bool)]
+        shape = QWEN3[model.removeprefix("qwen3-")]
+        kv = statistics.median(plain["prompt_tokens"] + plain["new_tokens"] // 2)
+        floor_ms = step_bytes(shape, kv, weights=weights) / (statistics.median(plain["gpu_bandwidth_gbs"]) * 1e6)
+        plain_tok_s = statistics.median(plain["decode_tok_s"])
+        row = {"model": model, "layers": shape.layers, "plain_tok_s": plain_tok_s, "floor_ms": floor_ms,
+               "plain_of_floor": floor_ms * plain_tok_s / 1e3}
+        for task, of_task in dflash.groupby("task"):
+            row[f"dflash_{task}_tok_s"] = statistics.median(of_task["decode_tok_s"])
+        row["prefill_ms"] = statistics.median(rows["prefill_ms"])
+        row["git_rev"] = ", ".join(sorted(set(rows["git_rev"])))
+        out.append(row)
+    table = pd.DataFrame(out)
+    order = {name: i for i, name in enumerate(f"qwen3-{size}" for size in QWEN3)}
+    return table.sort_values("model", key=lambda m: m.map(order)).reset_index(drop=True).round(4)
 
 
 def peer_speedups(path):
