@@ -161,5 +161,6 @@ def test_report_writes_a_page_without_code_that_opens_with_its_findings(tmp_path
     assert "replays 7.1 tokens per step" in html and "random weights" in html and "git revision" in html
     assert "this project · NVIDIA H200" in html and "embedded toy pair" in html
     assert "Every Qwen3 shape at 1k" in html and "qwen3-0.6b" in html  # the recorded model sizes
+    assert "T = 0, 0.6, 1.0 (recorded on the H200)" in html and "Acceptance by temperature, this run" in html
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert "DFlash: tokens per step (replayed 7.1)" in set(summary["figure"])

@@ -114,6 +114,17 @@ def test_generation_and_acceptance_figures():
     assert _names(plots.acceptance_comparison_figure(None, reference_tps)) == ["vLLM · RTX 4080 SUPER (reference, bf16)"]
 
 
+def test_acceptance_curves_figure_one_line_per_task_and_temperature():
+    from tileinfer_profiling.acceptance import acceptance_curves
+    runs = pd.DataFrame([{"point": "1k", "task": task, "temperature": t, "mean_tokens_per_step": 1 + 3 * rate,
+                          "acceptance_per_position": [rate, rate * rate, 0.0]}
+                         for task in ("edit", "explain") for t, rate in ((0.0, 1.0), (0.6, 0.5))])
+    fig = plots.acceptance_curves_figure(acceptance_curves(runs))
+    assert _names(fig) == ["edit, T = 0 (4.00 tokens/step)", "edit, T = 0.6 (2.50 tokens/step)",
+                           "explain, T = 0 (4.00 tokens/step)", "explain, T = 0.6 (2.50 tokens/step)"]
+    assert list(fig.data[1].x) == [1, 2, 3] and list(fig.data[1].y) == [0.5, 0.25, 0.0]
+
+
 def test_a_trace_without_layer_ranges_says_so():
     empty = pd.DataFrame(columns=["model", "layer", "part", "time_ms"])
     fig = plots.per_layer_figure(empty)

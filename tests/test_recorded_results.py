@@ -43,6 +43,9 @@ def test_workbench_reads_the_recorded_runs():
     assert ((sizes["plain_of_floor"] > 0) & (sizes["plain_of_floor"] < 1)).all()
     assert (sizes["dflash_edit_tok_s"] > sizes["dflash_explain_tok_s"]).all()
     assert (sizes["dflash_explain_tok_s"] > sizes["plain_tok_s"]).all()
+    by_temperature = recorded.sampling_acceptance(RESULTS / "sampling_acceptance_h200.csv")
+    assert set(by_temperature["temperature"]) == {0.0, 0.6, 1.0}
+    assert all(len(a) == 15 and all(0 <= x <= 1 for x in a) for a in by_temperature["acceptance_per_position"])
     peers = recorded.peer_speedups(RESULTS / "peers_speedup_h200.csv")
     assert {"transformers eager", "transformers static-compile", "dflash eager"} <= set(peers["peer"])
     assert (peers["speedup"] > 1).all()

@@ -235,6 +235,18 @@ def acceptance_histogram_figure(runs, title="Tokens committed per step"):
     return fig
 
 
+def acceptance_curves_figure(curves, title="Acceptance per draft position by temperature"):
+    """How often draft i was accepted (drafts 1 … i all kept), one line per task × temperature (rows of
+    `acceptance.acceptance_curves`), each named with its mean tokens per step."""
+    fig = go.Figure()
+    for (task, temperature), g in curves.groupby(["task", "temperature"], sort=False):
+        fig.add_scatter(x=g["position"], y=g["acceptance"], mode="lines+markers",
+                        name=f"{task}, T = {temperature:g} ({g['mean_tokens_per_step'].iloc[0]:.2f} tokens/step)")
+    fig.update_layout(title=title, xaxis_title="draft position i", yaxis_title="share of steps accepting draft i",
+                      yaxis_range=[0, 1.05], height=380)
+    return fig
+
+
 def acceptance_comparison_figure(runs, reference_tps, weights="bf16", label="this run", title=None):
     """Mean tokens per step per point × task: `runs` (`acceptance_runs`, may be None) beside the
     comparison's engines (`reference_tokens_per_step`) at `weights`."""

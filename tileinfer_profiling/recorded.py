@@ -145,6 +145,16 @@ def model_sizes(paths, point="1k", weights="bf16"):
     return table.sort_values("model", key=lambda m: m.map(order)).reset_index(drop=True).round(4)
 
 
+def sampling_acceptance(path):
+    """Tokens per DFlash step and acceptance per draft position by temperature (`bench/sampling_bench.py
+    --parts acceptance`), in `acceptance.temperature_runs`' form: `acceptance_curves` takes either."""
+    df = pd.read_csv(path)
+    df["acceptance_per_position"] = [[float(a) for a in str(s).split()] for s in df["acceptance_per_position"]]
+    cols = ["point", "task", "temperature", "top_k", "top_p", "seeds", "prompt_tokens", "new_tokens", "steps",
+            "mean_tokens_per_step", "acceptance_per_position", "weights_kind", "gpu", "git_rev"]
+    return df[[c for c in cols if c in df]]
+
+
 def peer_speedups(path):
     """Our configurations against the engines a user would pick instead, on the same GPU, checkpoint and
     token ids (`bench.peers.speedup`'s CSV): decode tok/s of each and the ratio, and where both decode the
