@@ -110,7 +110,7 @@ def oracle_cases(preset: str, root: Path, count: int, weights: str, seed: int, p
             spec = engine.generate(ids, new, stop_ids=[], block_size=16)
         finally:
             del engine._draft
-            engine._graphs.clear()  # the oracle's graphs read this case's buffers
+            engine._drop_graphs()  # the oracle's graphs read this case's buffers
         same = spec.tokens == plain.tokens
         rows.append(dict(case=i, kind=f"oracle {preset}", weights=weights, prompt_len=prompt_len, new_tokens=new,
                          block_size=16, corrupt_rate=rate, equal=same,

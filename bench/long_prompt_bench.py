@@ -45,8 +45,7 @@ def reset_caches(engine):
         if cache is not None:
             cache.k = cache.v = None
             cache.capacity = 0
-    engine._graphs.clear()
-    engine._pool = None
+    engine._drop_graphs()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -186,7 +186,8 @@ def run_worker(args, load=None, emit=emit_row, clock=time.perf_counter):
             **env, command=command_line(), weights_kind="random" if random_weights else "real",
             accept_mode=accept_mode(profile), timestamp=timestamp(),
             latency_trials_ms=timing.latency_trials_ms, prefill_trials_ms=timing.prefill_trials_ms,
-            engine_prefill_trials_ms=timing.engine_prefill_trials_ms, model=model_name(args), version=tileinfer_version(), mode=MODE,
+            engine_prefill_trials_ms=timing.engine_prefill_trials_ms, model=model_name(args),
+            version=tileinfer_version(), mode=MODE,
         ).as_dict()
         emit(validate_row(row))
         rows.append(row)
