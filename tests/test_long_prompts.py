@@ -16,7 +16,7 @@ from tileinfer import sampling
 from tests.conftest import assert_close
 from tests.helpers import tiny_target
 from tileinfer.config import DFlashConfig, Qwen3Config, read_json
-from tileinfer.memory import MemoryModel, held_weight_bytes
+from tileinfer.memory import MemoryModel, held_buffer_bytes, held_weight_bytes
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.random_weights import write_dflash_drafter
 from tileinfer_profiling.memory_peaks import measure_peak_bytes, plan_covers
@@ -107,6 +107,22 @@ def test_chunked_drafter_context_equals_one_shot(engine):
 
 
 # ---- the memory plan --------------------------------------------------------------------------------
+
+def test_held_bytes_walked_again_when_the_weights_change(pair):
+    """The plan's weight and buffer bytes are kept between requests, and follow quantization and the padded
+    prefill's buffers."""
+    target, draft = pair
+    engine = tileinfer.load(target, draft=draft, weights="bf16")
+    float_bytes = engine.memory_plan(30, 4).weights_bytes
+    assert engine.held_bytes() == engine.held_bytes() and engine.held_bytes()[0] == float_bytes
+    tileinfer.quantize_int8(engine)
+    assert engine.memory_plan(30, 4).weights_bytes == held_weight_bytes(engine) < float_bytes
+    buffers = engine.held_bytes()[1]
+    engine.graph_prefill = not engine.graph_prefill
+    engine._prompt_state()
+    assert engine.memory_plan(30, 4).buffers_bytes != buffers
+    assert engine.memory_plan(30, 4).buffers_bytes == held_buffer_bytes(engine)
+
 
 @pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
 def test_plan_weights_buffers_and_kv_exact(pair, weights):

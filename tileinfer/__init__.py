@@ -20,7 +20,7 @@ def quantize_int8(model):
             if part is not None:
                 quantize_int8(part)
         model.weights = "int8"
-        model._graphs.clear()
+        model._drop_graphs()
         return model
     quantize(model)
     if hasattr(model, "refresh_views"):

@@ -85,9 +85,9 @@ class MemoryModel:
                                fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights,
                                step_kv=engine.ops.step_kv, fused_argmax=engine.ops.fused_argmax,
                                max_positions=c.max_position_embeddings)
+        weights_bytes, buffers_bytes = engine.held_bytes()
         return cls(target=target, drafter=draft, max_positions=c.max_position_embeddings,
-                   weights_bytes=held_weight_bytes(engine), buffers_bytes=held_buffer_bytes(engine),
-                   activations=acts)
+                   weights_bytes=weights_bytes, buffers_bytes=buffers_bytes, activations=acts)
 
     @classmethod
     def from_configs(cls, config, draft_config=None, weights: str = "bf16", backend: str = "triton",
