@@ -1,3 +1,4 @@
+import itertools
 import os
 
 import pytest
@@ -18,10 +19,35 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds on a CPU")
 
 
+def _worksteal_workers(config) -> int:
+    """The workers of a `-n N --dist worksteal` run this worker belongs to; 0 otherwise. (A worker's own
+    options say `--dist no`; its controller's command line says how tests are handed out.)"""
+    argv = " ".join(getattr(config, "workerinput", {}).get("mainargv", []))
+    if "worksteal" not in argv:
+        return 0
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+
+
+def slow_first(items: list, workers: int = 0) -> list:
+    """Items ordered so the slow tests start at once instead of setting the wall time at the end of a run.
+    pytest-xdist's load scheduler hands tests out round-robin in collection order: slow tests go first.
+    Its worksteal scheduler gives each of `workers` workers one contiguous share and steals from the
+    shares' ends: each share starts with its part of the slow tests."""
+    slow = [item for item in items if "slow" in item.keywords]
+    rest = iter(item for item in items if "slow" not in item.keywords)
+    if workers < 2:
+        return slow + list(rest)
+    ordered, left = [], len(items)
+    for k in range(workers):  # the sizes the scheduler cuts: what is left, split evenly among the rest
+        size = left // (workers - k)
+        mine = slow[k::workers]
+        ordered += mine + list(itertools.islice(rest, max(0, size - len(mine))))
+        left -= size
+    return ordered + list(rest)
+
+
 def pytest_collection_modifyitems(config, items):
-    # Slow tests first: pytest-xdist hands tests out in this order, so the longest start at once
-    # instead of setting the wall time at the end of a run.
-    items.sort(key=lambda item: "slow" not in item.keywords)
+    items[:] = slow_first(items, _worksteal_workers(config))
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
