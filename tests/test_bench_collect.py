@@ -40,12 +40,12 @@ def test_collect_files_rows_by_kind_and_replaces_what_they_supersede(tmp_path):
     (second / "profile_8k_bf16_h200.csv").write_text("task,gpu\nedit,NVIDIA H200\n")
     written = {p.name for p in collect.collect([first, second], into)}
     assert {"comparison_1k_h200.jsonl", "comparison_1k_h200.md", "sizes_h200.jsonl", "sizes_h200.md",
-            "peers_h200.jsonl", "peers_h200.md", "peers_speedup_h200.csv", "peers_speedup_h200.md",
+            "peers_1k_h200.jsonl", "peers_1k_h200.md", "peers_speedup_h200.csv", "peers_speedup_h200.md",
             "features_1k_edit_h200.csv", "profile_8k_bf16_h200.csv"} == written
     assert [r["process"] for r in read_jsonl(into / "comparison_1k_h200.jsonl")] == [0, 1, 2]  # replaced
     assert len(read_jsonl(into / "comparison_8k_h200.jsonl")) == 1  # kept: no 8k rows in these runs
     assert {r["model"] for r in read_jsonl(into / "sizes_h200.jsonl")} == {"qwen3-8b"}
-    assert "**disagree**" in (into / "peers_h200.md").read_text()  # 30 and 31 tok/s: 3 % apart
+    assert "**disagree**" in (into / "peers_1k_h200.md").read_text()  # 30 and 31 tok/s: 3 % apart
     table = pd.read_csv(into / "peers_speedup_h200.csv")
     assert list(table["peer"]) == ["transformers eager"] and (table["git_rev"] == "abc").all()
     assert table["command"].iloc[0].startswith("python -m bench.peers.speedup bench/results/comparison_1k_h200.jsonl")

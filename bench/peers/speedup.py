@@ -1,6 +1,6 @@
 """TileInfer's speedup over each peer, from rows of the same run (same GPU, model and prompt).
 
-    python -m bench.peers.speedup bench/results/comparison_1k_h200.jsonl bench/results/peers_h200.jsonl
+    python -m bench.peers.speedup bench/results/comparison_1k_h200.jsonl bench/results/peers_1k_h200.jsonl
 
 For every point x task, each of our configurations (weights x DFlash on/off) against each peer
 (engine, mode): `speedup` = our decode tok/s / the peer's. Where both sides are the same kind of

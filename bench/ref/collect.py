@@ -4,7 +4,7 @@
 
 From every `*.jsonl` under the run directories: TileInfer's rows of the main model go to
 `comparison_<point>_<gpu>.jsonl` (one file per point, replaced when the runs have rows for it), TileInfer's
-rows of other models to `sizes_<gpu>.jsonl`, the other engines' rows to `peers_<gpu>.jsonl`; each with a
+rows of other models to `sizes_<gpu>.jsonl`, the other engines' rows to `peers_<point>_<gpu>.jsonl`; each with a
 markdown summary beside it (medians over processes, the 1 % agreement flagged). The speedup of each of our
 configurations over each peer goes to `peers_speedup_<gpu>.{csv,md}`. Results by feature and step
 profiles (`features_*`, `profile_*`) are copied as they are. The rows of each file must come from one clean
@@ -31,7 +31,7 @@ def group_rows(rows, main_model=MAIN_MODEL):
     for r in rows:
         tag = gpu_tag(r["gpu"])
         if r["engine"] != "tileinfer":
-            name = f"peers_{tag}.jsonl"
+            name = f"peers_{r['point']}_{tag}.jsonl"
         elif r.get("model", "") in ("", main_model):
             name = f"comparison_{r['point']}_{tag}.jsonl"
         else:
@@ -59,7 +59,7 @@ def _write_jsonl(rows, path):
 
 def write_speedups(into, tag):
     """`peers_speedup_<tag>.{csv,md}` from the recorded comparison and peer rows of one GPU in `into`."""
-    sources = sorted(into.glob(f"comparison_*_{tag}.jsonl")) + sorted(into.glob(f"peers_{tag}.jsonl"))
+    sources = sorted(into.glob(f"comparison_*_{tag}.jsonl")) + sorted(into.glob(f"peers_*_{tag}.jsonl"))
     table = speedup.speedups([r for p in sources for r in read_jsonl(p)])
     if not table:
         return []
