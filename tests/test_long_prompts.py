@@ -213,28 +213,6 @@ def test_budget_refuses_before_allocation(pair):
         tileinfer.load(target, draft=draft, weights="fp32", memory_budget=-5)
 
 
-def test_default_budget_asks_the_driver_only_past_what_the_process_holds(engine, monkeypatch):
-    """The free-memory query (a driver round trip) is skipped when the memory the process holds covers the
-    plan; past that the budget is what is held plus what is free, as before."""
-    from tileinfer import memory
-    held, default = memory.held_budget, memory.default_budget
-    need = engine.memory_plan(200, 16).total_bytes
-    asked = []
-    monkeypatch.setattr(memory, "default_budget", lambda device: asked.append(device) or need)
-    monkeypatch.setattr(memory, "held_budget", lambda device: need)
-    assert memory.check_budget(engine, 200, 16).fits and asked == []
-    monkeypatch.setattr(memory, "held_budget", lambda device: need - 1)
-    assert memory.check_budget(engine, 200, 16).fits and len(asked) == 1
-    monkeypatch.setattr(memory, "default_budget", lambda device: asked.append(device) or need - 1)
-    with pytest.raises(tileinfer.RequestError, match="memory budget is"):
-        memory.check_budget(engine, 200, 16)
-    assert len(asked) == 2
-    if not engine.is_cuda:
-        assert held(engine.device) is None and default(engine.device) is None
-    else:
-        assert 0 < held(engine.device) <= default(engine.device)
-
-
 def test_longest_prompt(engine):
     budget = engine.memory_plan(200, 16).total_bytes
     plan = engine.memory_plan(10, 16, budget_bytes=budget)

@@ -270,33 +270,17 @@ def default_budget(device: torch.device) -> int | None:
     On CPU: None (no check)."""
     if device.type != "cuda":
         return None
-    free, _total = torch.cuda.mem_get_info(device)
-    return _capped(device, free + torch.cuda.memory_reserved(device))
-
-
-def held_budget(device: torch.device) -> int | None:
-    """A lower bound of `default_budget` that asks the driver nothing (its free-memory query is a
-    round trip each request): what this process's allocator holds, capped alike. None on CPU."""
-    if device.type != "cuda":
-        return None
-    return _capped(device, torch.cuda.memory_reserved(device))
-
-
-def _capped(device: torch.device, budget: int) -> int:
+    free, total = torch.cuda.mem_get_info(device)
+    budget = free + torch.cuda.memory_reserved(device)
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    if fraction is None:
-        return budget
-    return min(budget, int(fraction(device) * torch.cuda.get_device_properties(device).total_memory))
+    if fraction is not None:
+        budget = min(budget, int(fraction(device) * total))
+    return budget
 
 
 def check_budget(engine, prompt_len: int, max_new_tokens: int, sample: bool = False,
                  filtered: bool = False, candidates: int = 0) -> MemoryPlan | None:
     """Raise RequestError when the request's plan exceeds the engine's memory budget; run before any allocation."""
-    if engine.memory_budget is None and (held := held_budget(engine.device)) is not None:
-        p = plan(engine, prompt_len, max_new_tokens, budget_bytes=held, sample=sample, filtered=filtered,
-                 candidates=candidates)
-        if p.fits:  # what the process holds is enough: the driver need not be asked what is free
-            return p
     budget = engine.memory_budget if engine.memory_budget is not None else default_budget(engine.device)
     if budget is None or math.isinf(budget):
         return None
