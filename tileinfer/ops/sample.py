@@ -5,17 +5,23 @@ The reference is `tileinfer.sampling`: `log_probs` (tempering, vLLM's top-k then
 on one block (a log-softmax alone takes 33 µs, a sort 51 µs, bench/results/sampling_ops_h200.csv); here
 a row is cut into chunks, one program each:
 
-1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits.
-2. top-k, then top-p: a radix select of one threshold per row on the logits' order-preserving integer
-   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts its
-   chunk's keys per digit (top-p also sums their probability mass; each thread into its own sums,
-   reduced once); the next launch's programs each reduce all chunks' sums in the same order, so every
-   program picks the same digit (top-k by counts, top-p by mass), and chunk 0 records it. A chunk whose
-   largest key is below the range, or that held no key in the digit chosen, is left out. A row's
-   threshold keeps a group of tied logits whole, as the reference's does. Where top-k keeps at most
-   `GATHER` logits, top-p's first launch gathers them instead and its other launches do nothing.
-3. `_finish_kernel`: per row its max, threshold and the mass kept; top-p among gathered logits sorts
-   them by key and takes one cumulative sum.
+1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits (and, filtering BF16/FP16
+   logits, it clears the row's key histogram).
+2. top-k, then top-p, on the logits' order-preserving integer keys (`_keys`). A BF16/FP16 logit has one
+   of 65,536 keys, and its weight exp(x / T - max) is a function of its key: `_hist_kernel` counts each
+   row's keys (integer atomics: the same counts in any order), `_key_blocks_kernel` sums the count and
+   mass of each block of 1,024 keys, and `_finish_kernel` walks the blocks from the top, then the keys
+   of one block: the k-th largest key, and the lowest key whose strictly larger keys weigh less than
+   top_p of the kept mass. FP32 logits (32-bit keys) take a radix select instead, four bits a launch:
+   each program counts its chunk's keys per digit (top-p also sums their probability mass; each thread
+   into its own sums, reduced once); the next launch's programs each reduce all chunks' sums in the same
+   order, so every program picks the same digit (top-k by counts, top-p by mass), and chunk 0 records
+   it. A chunk whose largest key is below the range, or that held no key in the digit chosen, is left
+   out. Where top-k keeps at most `GATHER` logits, top-p's first launch gathers them instead and its
+   other launches do nothing. Either way a row's threshold keeps a group of tied logits whole, as the
+   reference's does.
+3. `_finish_kernel`: per row its max, threshold and the mass kept (the histogram's walk; after radix
+   passes, top-p among gathered logits sorts them by key and takes one cumulative sum).
 4. `_mass_kernel`: the accept test of the drafts (u_i < p(draft_i)), then the float64 mass per chunk of
    the row the token is drawn from (the residual: the rejected draft's probability taken out).
 5. `_pick_kernel`: inverse CDF, the chunk then the token within it.
