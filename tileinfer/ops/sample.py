@@ -5,17 +5,23 @@ The reference is `tileinfer.sampling`: `log_probs` (tempering, vLLM's top-k then
 on one block (a log-softmax alone takes 33 µs, a sort 51 µs, bench/results/sampling_ops_h200.csv); here
 a row is cut into chunks, one program each:
 
-1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits.
-2. top-k, then top-p: a radix select of one threshold per row on the logits' order-preserving integer
-   keys (16 bits for BF16/FP16 logits, 32 for FP32), four bits a launch. Each program counts its
-   chunk's keys per digit (top-p also sums their probability mass; each thread into its own sums,
-   reduced once); the next launch's programs each reduce all chunks' sums in the same order, so every
-   program picks the same digit (top-k by counts, top-p by mass), and chunk 0 records it. A chunk whose
-   largest key is below the range, or that held no key in the digit chosen, is left out. A row's
-   threshold keeps a group of tied logits whole, as the reference's does. Where top-k keeps at most
-   `GATHER` logits, top-p's first launch gathers them instead and its other launches do nothing.
-3. `_finish_kernel`: per row its max, threshold and the mass kept; top-p among gathered logits sorts
-   them by key and takes one cumulative sum.
+1. `_stats_kernel`: each chunk's max and sum of exp of the tempered logits (and, filtering BF16/FP16
+   logits, it clears the row's key histogram).
+2. top-k, then top-p, on the logits' order-preserving integer keys (`_keys`). A BF16/FP16 logit has one
+   of 65,536 keys, and its weight exp(x / T - max) is a function of its key: `_hist_kernel` counts each
+   row's keys (integer atomics: the same counts in any order), `_key_blocks_kernel` sums the count and
+   mass of each block of 1,024 keys, and `_finish_kernel` walks the blocks from the top, then the keys
+   of one block: the k-th largest key, and the lowest key whose strictly larger keys weigh less than
+   top_p of the kept mass. FP32 logits (32-bit keys) take a radix select instead, four bits a launch:
+   each program counts its chunk's keys per digit (top-p also sums their probability mass; each thread
+   into its own sums, reduced once); the next launch's programs each reduce all chunks' sums in the same
+   order, so every program picks the same digit (top-k by counts, top-p by mass), and chunk 0 records
+   it. A chunk whose largest key is below the range, or that held no key in the digit chosen, is left
+   out. Where top-k keeps at most `GATHER` logits, top-p's first launch gathers them instead and its
+   other launches do nothing. Either way a row's threshold keeps a group of tied logits whole, as the
+   reference's does.
+3. `_finish_kernel`: per row its max, threshold and the mass kept (the histogram's walk; after radix
+   passes, top-p among gathered logits sorts them by key and takes one cumulative sum).
 4. `_mass_kernel`: the accept test of the drafts (u_i < p(draft_i)), then the float64 mass per chunk of
    the row the token is drawn from (the residual: the rejected draft's probability taken out).
 5. `_pick_kernel`: inverse CDF, the chunk then the token within it.
@@ -35,6 +41,9 @@ from tileinfer.ops.pdl import launch_options
 DIGIT_BITS = 4
 DIGITS = 1 << DIGIT_BITS
 _DIGIT_BITS, _DIGITS = tl.constexpr(DIGIT_BITS), tl.constexpr(DIGITS)  # as the kernels read them
+KEYS = 1 << 16  # the keys of BF16 / FP16 logits: one histogram bin each
+_KEYS = tl.constexpr(KEYS)
+KEY_BLOCK = 1024  # keys a program of `_key_blocks_kernel` sums
 MIN_CHUNK, MAX_CHUNK = 1024, 4096
 SUB = 256  # logits a radix pass takes at a time
 GATHER = 256  # top-k survivors up to which top-p is found among them, not by radix passes
@@ -180,11 +189,18 @@ def _digits(x_ptr, stride_x, row, offs, V, kth, lo, width, KEY_BITS: tl.constexp
 
 
 @triton.jit
-def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, PDL: tl.constexpr):
+def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, hist_ptr, V, P, CHUNK: tl.constexpr, ZERO: tl.constexpr,
+                  PDL: tl.constexpr):
+    """Each chunk's max logit and sum of exp(x / T - max); with ZERO, the chunk's share of its row's
+    key histogram is cleared for `_hist_kernel`."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
     row, c = tl.program_id(0), tl.program_id(1)
+    if ZERO:
+        span = tl.cdiv(_KEYS, P)
+        z = c * span + tl.arange(0, ZERO)
+        tl.store(hist_ptr + row * _KEYS + z, tl.zeros((ZERO,), tl.int32), mask=(z < (c + 1) * span) & (z < _KEYS))
     offs = c * CHUNK + tl.arange(0, CHUNK)
     x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
     t = tl.load(t_ptr)
@@ -193,6 +209,96 @@ def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, V, P, CHUNK: tl.constexpr, 
     cx = tl.max(x.to(tl.float32), axis=0)
     tl.store(stats_ptr + (row * P + c) * 2, cx)
     tl.store(stats_ptr + (row * P + c) * 2 + 1, tl.sum(tl.exp(x.to(tl.float32) / t - cx / t), axis=0))
+
+
+@triton.jit
+def _hist_kernel(x_ptr, stride_x, hist_ptr, V, CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """Counts of each 16-bit key in a chunk, added into its row's histogram."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    row, c = tl.program_id(0), tl.program_id(1)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=0.0)
+    key = _keys(x, 16)
+    tl.atomic_add(hist_ptr + row * _KEYS + key, tl.full((CHUNK,), 1, tl.int32), mask=offs < V, sem="relaxed")
+
+
+@triton.jit
+def _key_weights(x_ptr, hist_ptr, row, keys, m, t):
+    """(count, float64 mass count * exp(x / T - max)) of each key in `keys` of a row's histogram; x is the
+    logit the key stands for (`_keys` inverted)."""
+    count = tl.load(hist_ptr + row * _KEYS + keys)
+    b = keys.to(tl.int32) - 32768
+    bits = tl.where(b < 0, b ^ 0x7FFF, b).to(tl.int16)
+    x = bits.to(x_ptr.dtype.element_ty, bitcast=True).to(tl.float32)
+    w = tl.exp(x / t - m).to(tl.float64)
+    return count, tl.where(count > 0, count.to(tl.float64) * w, 0.0)
+
+
+@triton.jit
+def _key_blocks_kernel(x_ptr, t_ptr, stats_ptr, hist_ptr, blocks_ptr, P, P_BLOCK: tl.constexpr,
+                       KEY_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Per block of KEY_BLOCK consecutive keys of a row's histogram: its count and mass."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    row, b = tl.program_id(0), tl.program_id(1)
+    t = tl.load(t_ptr)
+    m, _z = _row_max_sum(stats_ptr, row, P, t, P_BLOCK)
+    keys = b * KEY_BLOCK + tl.arange(0, KEY_BLOCK)
+    count, mass = _key_weights(x_ptr, hist_ptr, row, keys, m, t)
+    n_blocks = _KEYS // KEY_BLOCK
+    tl.store(blocks_ptr + (row * n_blocks + b) * 2, tl.sum(count, axis=0).to(tl.float64))
+    tl.store(blocks_ptr + (row * n_blocks + b) * 2 + 1, tl.sum(mass, axis=0))
+
+
+@triton.jit
+def _hist_filter(x_ptr, t_ptr, k_ptr, p_ptr, hist_ptr, blocks_ptr, row, m, V, KEY_BLOCK: tl.constexpr):
+    """(threshold key, kept mass) of a row from its key histogram: top-k keeps the keys at or above the k-th
+    largest; among them top-p keeps down to the lowest key whose strictly larger keys weigh less than
+    top_p of their mass. Blocks first, then keys within the block found."""
+    N_BLOCKS: tl.constexpr = _KEYS // KEY_BLOCK
+    t = tl.load(t_ptr)
+    top_k = tl.load(k_ptr)
+    top_p = tl.load(p_ptr).to(tl.float64)
+    b = tl.arange(0, N_BLOCKS)
+    bcount = tl.load(blocks_ptr + (row * N_BLOCKS + b) * 2)
+    bmass = tl.load(blocks_ptr + (row * N_BLOCKS + b) * 2 + 1)
+    later = b[None, :] > b[:, None]                       # [block, other block]: the other is higher
+    i = tl.arange(0, KEY_BLOCK)
+    # top-k: the block holding the k-th largest key, then the key
+    kth = tl.zeros((), tl.int32)
+    kb = tl.zeros((), tl.int32)
+    if top_k < V:
+        count_after = tl.sum(tl.where(later, bcount[None, :], 0.0), axis=1)
+        kb = tl.max(tl.where(count_after + bcount >= top_k.to(tl.float64), b, -1), axis=0)
+        above = tl.sum(tl.where(b == kb, count_after, 0.0), axis=0)
+        count, _mass = _key_weights(x_ptr, hist_ptr, row, kb * KEY_BLOCK + i, m, t)
+        after = tl.sum(count, axis=0) - tl.cumsum(count, axis=0)  # counts of the higher keys in the block
+        kth = kb * KEY_BLOCK + tl.max(tl.where(above + (after + count).to(tl.float64) >= top_k.to(tl.float64), i, -1),
+                                      axis=0)
+    # the blocks' masses at or above kth
+    count, mass = _key_weights(x_ptr, hist_ptr, row, kb * KEY_BLOCK + i, m, t)
+    inside = kb * KEY_BLOCK + i >= kth
+    bmass = tl.where(b > kb, bmass, tl.where(b == kb, tl.sum(tl.where(inside, mass, 0.0), axis=0), 0.0))
+    bcount = tl.where(b > kb, bcount, tl.where(b == kb, tl.sum(tl.where(inside, count, 0), axis=0).to(tl.float64), 0.0))
+    kept = tl.sum(bmass, axis=0)
+    threshold = kth
+    if top_p < 1:
+        p_mass = top_p * kept
+        mass_after = tl.sum(tl.where(later, bmass[None, :], 0.0), axis=1)
+        pb = tl.min(tl.where((bcount > 0) & (mass_after < p_mass), b, N_BLOCKS), axis=0)
+        above = tl.sum(tl.where(b == pb, mass_after, 0.0), axis=0)
+        keys = pb * KEY_BLOCK + i
+        count, mass = _key_weights(x_ptr, hist_ptr, row, keys, m, t)
+        live = (keys >= kth) & (count > 0)
+        mass = tl.where(keys >= kth, mass, 0.0)
+        higher = above + (tl.sum(mass, axis=0) - tl.cumsum(mass, axis=0))  # mass of the strictly larger keys
+        pick = tl.min(tl.where(live & (higher < p_mass), i, KEY_BLOCK), axis=0)
+        threshold = pb * KEY_BLOCK + pick
+        kept = above + tl.sum(tl.where(i >= pick, mass, 0.0), axis=0)
+    return threshold, kept
 
 
 @triton.jit
@@ -304,8 +410,9 @@ def _count_chunk(x_ptr, stride_x, t_ptr, stats_ptr, state_ptr, part_ptr, row, c,
 
 @triton.jit
 def _finish_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, kstate_ptr, kpart_ptr, pstate_ptr, ppart_ptr,
-                   cand_ptr, final_ptr, V, P, n_rows, FILTERED: tl.constexpr, KEY_BITS: tl.constexpr,
-                   P_BLOCK: tl.constexpr, GATHER: tl.constexpr, IDX_BITS: tl.constexpr, PDL: tl.constexpr):
+                   cand_ptr, hist_ptr, blocks_ptr, final_ptr, V, P, n_rows, FILTERED: tl.constexpr,
+                   HIST: tl.constexpr, KEY_BITS: tl.constexpr, P_BLOCK: tl.constexpr, GATHER: tl.constexpr,
+                   IDX_BITS: tl.constexpr, KEY_BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Per row: (max, threshold key, kept mass) of the filtered distribution."""
     if PDL:
         gdc_wait()
@@ -315,7 +422,10 @@ def _finish_kernel(x_ptr, stride_x, t_ptr, k_ptr, p_ptr, stats_ptr, kstate_ptr, 
     m, z = _row_max_sum(stats_ptr, row, P, temperature, P_BLOCK)
     t = tl.zeros((), tl.int64)
     kept = z.to(tl.float64)
-    if FILTERED:
+    if HIST:
+        t32, kept = _hist_filter(x_ptr, t_ptr, k_ptr, p_ptr, hist_ptr, blocks_ptr, row, m, V, KEY_BLOCK)
+        t = t32.to(tl.int64)
+    elif FILTERED:
         top_k = tl.load(k_ptr)
         top_p = tl.load(p_ptr)
         t, n_kept = _kth_key(kstate_ptr, kpart_ptr, row, n_rows, P, top_k, V, KEY_BITS, P_BLOCK)
@@ -413,7 +523,9 @@ def buffers(rows: int, vocab: int, dtype: torch.dtype, filtered: bool) -> dict:
     P = triton.cdiv(vocab, chunk_size(rows, vocab))
     out = {"stats": ((rows, P, 2), torch.float32), "final": ((rows, 4), torch.float64),
            "chunk_mass": ((P,), torch.float64), "accepted": ((1,), torch.int64), "tokens": ((rows,), torch.int64)}
-    if filtered:
+    if filtered and _key_bits(dtype) == 16:
+        out |= {"hist": ((rows, KEYS), torch.int32), "blocks": ((rows, KEYS // KEY_BLOCK, 2), torch.float64)}
+    elif filtered:
         passes = _key_bits(dtype) // DIGIT_BITS
         out |= {"state": ((2, passes, rows, 4), torch.float64), "part": ((2, passes, rows, P, 32), torch.float32),
                 "count": ((rows,), torch.int32), "cand": ((rows, GATHER), torch.int32)}
@@ -431,14 +543,22 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
         buf = {name: torch.empty(shape, dtype=dtype, device=logits.device)
                for name, (shape, dtype) in buffers(n, vocab, logits.dtype, filtered).items()}
     key_bits = _key_bits(logits.dtype)
+    hist = filtered and key_bits == 16
     chunk = chunk_size(n, vocab)
     P = triton.cdiv(vocab, chunk)
     p_block = max(16, triton.next_power_of_2(P))
     pdl = launch_options(logits.device)
     stats, final = buf["stats"], buf["final"]
     args = (logits, logits.stride(0), temperature)
-    _stats_kernel[(n, P)](*args, stats, vocab, P, CHUNK=chunk, num_warps=4, **pdl)
-    if filtered:
+    hist_bins, blocks = (buf["hist"], buf["blocks"]) if hist else (stats, stats)
+    _stats_kernel[(n, P)](*args, stats, hist_bins, vocab, P, CHUNK=chunk,
+                          ZERO=triton.next_power_of_2(triton.cdiv(KEYS, P)) if hist else 0, num_warps=4, **pdl)
+    kstate = kpart = pstate = ppart = cand = stats
+    if hist:
+        _hist_kernel[(n, P)](logits, logits.stride(0), hist_bins, vocab, CHUNK=chunk, num_warps=4, **pdl)
+        _key_blocks_kernel[(n, KEYS // KEY_BLOCK)](logits, temperature, stats, hist_bins, blocks, P, P_BLOCK=p_block,
+                                                   KEY_BLOCK=KEY_BLOCK, num_warps=4, **pdl)
+    elif filtered:
         state, part, count, cand = buf["state"], buf["part"], buf["count"], buf["cand"]
         for search in (0, 1):
             for j in range(key_bits // DIGIT_BITS):
@@ -447,11 +567,9 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
                                            CHUNK=chunk, SUB=min(chunk, SUB), P_BLOCK=p_block, GATHER=GATHER,
                                            num_warps=4, **pdl)
         kstate, kpart, pstate, ppart = state[0], part[0], state[1], part[1]
-    else:
-        kstate = kpart = pstate = ppart = cand = stats
-    _finish_kernel[(n,)](*args, top_k, top_p, stats, kstate, kpart, pstate, ppart, cand, final, vocab, P, n,
-                         FILTERED=filtered, KEY_BITS=key_bits, P_BLOCK=p_block, GATHER=GATHER, IDX_BITS=IDX_BITS,
-                         num_warps=4, **pdl)
+    _finish_kernel[(n,)](*args, top_k, top_p, stats, kstate, kpart, pstate, ppart, cand, hist_bins, blocks, final,
+                         vocab, P, n, FILTERED=filtered, HIST=hist, KEY_BITS=key_bits, P_BLOCK=p_block, GATHER=GATHER,
+                         IDX_BITS=IDX_BITS, KEY_BLOCK=KEY_BLOCK, num_warps=4, **pdl)
     return final
 
 
