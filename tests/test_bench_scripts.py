@@ -52,3 +52,17 @@ def test_kernel_benchmarks_run_their_smoke_shapes(script, csv, tmp_path):
     assert len(df) and not df.astype(str).apply(lambda c: c.str.contains("Error")).any().any()
     if "ok" in df:
         assert df.loc[df["section"] == "check", "ok"].all()
+
+
+def test_host_work_rows_tell_the_call_from_its_prefill(tmp_path, capsys):
+    import pandas as pd
+
+    from bench import host_work
+
+    host_work.main(["--smoke", "--out", str(tmp_path)])
+    df = pd.read_csv(next(tmp_path.glob("host_work_*.csv"))).set_index("what")
+    call, window = df.loc["generate(ids, 1): the call", "ms"], df.loc["generate(ids, 1): the engine's prefill window", "ms"]
+    assert 0 < window <= call and df.loc["generate(ids, 1): outside the window", "ms"] >= 0
+    assert {"memory plan (check_budget)", "request checks (_check_request)"} <= set(df.index)
+    assert (df["max_ms"] >= df["ms"]).all() and (df["weights_kind"] == "embedded pair").all()
+    assert "outside the window" in capsys.readouterr().out

@@ -251,12 +251,12 @@ class Engine:
                 raise RequestError("the prompt is empty")
             ids = self.tokenizer.encode(prompt).ids
         else:
-            ids = [int(t) for t in (prompt.tolist() if torch.is_tensor(prompt) else prompt)]
+            ids = list(map(int, prompt.tolist() if torch.is_tensor(prompt) else prompt))
         if not ids:
             raise RequestError("the prompt is empty: give at least one token")
         vocab = self.config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
+        if min(ids) < 0 or max(ids) >= vocab:
+            bad = [t for t in ids if not 0 <= t < vocab]
             raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise RequestError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
