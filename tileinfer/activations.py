@@ -158,10 +158,10 @@ class ActivationModel:
         that also holds 32 B per element (20 B for one row) and cub's scratch, under 0.5 B per element;
         shorter rows sort in place. The Qwen3-4B top-k/top-p step that the plan missed without it: 122.3 MB
         on the H200 (bench/results/memory_plan_h200.csv). On a GPU's Triton backend the step is
-        `ops.sample.sample_block`: the logits and its few small
-        buffers, the step's scalars among them, and the step's row of uniforms (with the reference path's 16
-        scalars on top instead, the plan of a one-token step held 8,704 B more than the H200 measured at
-        9cac3ef)."""
+        `ops.sample.sample_block`: the logits and its buffers (with top-k / top-p on BF16 logits, a 256 KiB
+        key histogram per row), the step's scalars among them, and the step's row of uniforms (with the
+        reference path's 16 scalars on top instead, the plan of a one-token step held 8,704 B more than the
+        H200 measured at 9cac3ef)."""
         n = self.target.vocab
         fp32 = self.b(t, n, e=4)
         logits = self.b(t, n)

@@ -8,9 +8,9 @@ speculative step accepts draft i with probability min(1, p(x)/q(x)) (p(x) for a 
 whose q is a point mass), samples the first rejected position from the normalized residual
 max(0, p - q) and a full acceptance's bonus token from p, so its tokens are distributed as the target's.
 
-On a GPU the Triton backend runs a whole step as `tileinfer.ops.sample.sample_block` (a radix select of
-the thresholds, rows spread over many programs); the functions here are its reference, and run on the
-CPU and on the torch backend.
+On a GPU the Triton backend runs a whole step as `tileinfer.ops.sample.sample_block` (the thresholds
+from a histogram of the logits' keys, rows spread over many programs); the functions here are its
+reference, and run on the CPU and on the torch backend.
 
 Every function has fixed shapes and reads its parameters and random numbers from device tensors: the
 same code runs eagerly on a CPU and inside CUDA graphs, with any temperature in one graph. Randomness
