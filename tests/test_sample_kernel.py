@@ -124,3 +124,24 @@ def test_bad_logits_are_refused():
     with pytest.raises(AssertionError, match="int64"):
         sample_block(torch.zeros(2, 8, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
                      torch.zeros(2, dtype=torch.float64), *tensors(1.0, None, None, 8, "cpu"), False)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("top_k, top_p", [(3, None), (20, 0.8), (31, 0.5)])
+def test_a_top_k_counts_only_keys_from_a_lower_bound_of_its_kth(top_k, top_p, ties):
+    """The histogram leaves out the keys below a bound taken from each chunk's largest keys, and keeps
+    what the reference keeps (eight chunks a row: four largest distinct keys each, 32 logits at least)."""
+    gen = torch.Generator().manual_seed(top_k)
+    logits, _ = block(2, 8 * 1024, torch.bfloat16, gen, ties=ties)
+    params = sampling.SamplingParams(1.0, top_k, top_p)
+    t, k, p = tensors(1.0, top_k, top_p, logits.shape[-1], logits.device)
+    from tileinfer.ops.sample import buffers
+    buf = {name: torch.empty(shape, dtype=dtype, device=logits.device)
+           for name, (shape, dtype) in buffers(2, logits.shape[-1], logits.dtype, True).items()}
+    final = row_filters(logits, t, k, p, True, buf)
+    logp = sampling.log_probs(logits, t, k, p, True, params.candidates(logits.shape[-1]))
+    kept = keys(logits) >= final[:, 1:2].long()
+    assert torch.equal(kept, torch.isfinite(logp))
+    counted = buf["hist"].sum(-1)
+    at_or_above_kth = (keys(logits) >= keys(logits).sort(-1, descending=True).values[:, top_k - 1:top_k]).sum(-1)
+    assert (counted >= at_or_above_kth).all() and (counted < logits.shape[-1]).all(), counted.tolist()

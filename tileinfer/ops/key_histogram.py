@@ -2,7 +2,10 @@
 
 A BF16/FP16 logit has one of 65,536 order-preserving keys (`logit_keys`), and its weight
 exp(x / T - max) is a function of its key. `_hist_kernel` counts each row's keys into the row's histogram
-(integer atomics: the same counts in any order; `sample._stats_kernel` clears it), `_key_blocks_kernel`
+(integer atomics: the same counts in any order; `sample._stats_kernel` clears it and records each chunk's
+largest keys, `_chunk_tops`). With a top-k only the keys from a lower bound of the k-th largest up are
+counted (`_kth_lower_bound`): nothing below the k-th largest is kept or weighs in top-p's sums, and
+the atomics, one per counted logit, are most of the filter's time. `_key_blocks_kernel`
 sums the count and mass of each block of KEY_BLOCK keys, and `_hist_filter` (in `sample._finish_kernel`)
 walks a row's blocks from the top, then the keys of one block: the k-th largest key, then the lowest key
 whose strictly larger keys weigh less than top_p of the kept mass. A group of tied logits shares a key,
@@ -18,19 +21,56 @@ from tileinfer.ops.logit_keys import logit_keys, row_max_sum
 KEYS = 1 << 16  # the keys of BF16 / FP16 logits: one histogram bin each
 _KEYS = tl.constexpr(KEYS)
 KEY_BLOCK = 1024  # keys a program of `_key_blocks_kernel` sums
+TOPS = 4  # largest distinct keys each chunk records, for a lower bound of a row's k-th largest
 
 
 @triton.jit
-def _hist_kernel(x_ptr, stride_x, hist_ptr, V, CHUNK: tl.constexpr, PDL: tl.constexpr):
-    """Counts of each 16-bit key in a chunk, added into its row's histogram."""
+def _chunk_tops(tops_ptr, row, c, P, x, valid, TOPS: tl.constexpr):
+    """A chunk's TOPS largest distinct keys and how many of its logits hold each (key -1: none left)."""
+    key = tl.where(valid, logit_keys(x, 16).to(tl.int32), -1)
+    prev = _KEYS
+    for j in tl.static_range(TOPS):
+        v = tl.max(tl.where(key < prev, key, -1), axis=0)
+        n = tl.sum(((key == v) & (v >= 0)).to(tl.int32), axis=0)
+        base = tops_ptr + ((row * P + c) * TOPS + j) * 2
+        tl.store(base, v)
+        tl.store(base + 1, n)
+        prev = v
+
+
+@triton.jit
+def _kth_lower_bound(k_ptr, tops_ptr, row, P, V, P_BLOCK: tl.constexpr, TOPS: tl.constexpr):
+    """A key at or below a row's k-th largest: the largest key that top_k of its chunks' largest logits
+    reach (they are the row's own logits, counted with their ties), found bit by bit. 0 without a top-k,
+    or when those logits are fewer than top_k."""
+    top_k = tl.load(k_ptr)
+    i = tl.arange(0, P_BLOCK * TOPS)
+    inside = i < P * TOPS
+    key = tl.load(tops_ptr + (row * P * TOPS + i) * 2, mask=inside, other=-1)
+    count = tl.load(tops_ptr + (row * P * TOPS + i) * 2 + 1, mask=inside, other=0)
+    lo = tl.zeros((), tl.int32)
+    if top_k < V:
+        for j in tl.static_range(16):
+            t = lo | (1 << (15 - j))
+            lo = tl.where(tl.sum(tl.where(key >= t, count, 0), axis=0) >= top_k, t, lo)
+    return lo
+
+
+@triton.jit
+def _hist_kernel(x_ptr, stride_x, k_ptr, tops_ptr, hist_ptr, V, P, CHUNK: tl.constexpr, P_BLOCK: tl.constexpr,
+                 TOPS: tl.constexpr, PDL: tl.constexpr):
+    """Counts of each 16-bit key in a chunk, added into its row's histogram; with a top-k, only the keys
+    from a lower bound of the k-th largest up (no key below it is kept or weighs in top-p's sums)."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
     row, c = tl.program_id(0), tl.program_id(1)
+    lo = _kth_lower_bound(k_ptr, tops_ptr, row, P, V, P_BLOCK, TOPS)
     offs = c * CHUNK + tl.arange(0, CHUNK)
     x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=0.0)
-    key = logit_keys(x, 16)
-    tl.atomic_add(hist_ptr + row * _KEYS + key, tl.full((CHUNK,), 1, tl.int32), mask=offs < V, sem="relaxed")
+    key = logit_keys(x, 16).to(tl.int32)
+    tl.atomic_add(hist_ptr + row * _KEYS + key, tl.full((CHUNK,), 1, tl.int32), mask=(offs < V) & (key >= lo),
+                  sem="relaxed")
 
 
 @triton.jit

@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from tileinfer.ops.key_histogram import KEY_BLOCK, KEYS, _hist_filter, _hist_kernel, _key_blocks_kernel
+from tileinfer.ops.key_histogram import (KEY_BLOCK, KEYS, TOPS, _chunk_tops, _hist_filter, _hist_kernel,
+                                         _key_blocks_kernel)
 from tileinfer.ops.logit_keys import logit_keys, row_max_sum
 from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.radix_select import (_DIGIT_BITS, DIGIT_BITS, GATHER, IDX_BITS, SUB, _gathered, _gathered_filter,
@@ -42,20 +43,21 @@ def chunk_size(rows: int, vocab: int) -> int:
 
 
 @triton.jit
-def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, hist_ptr, V, P, CHUNK: tl.constexpr, ZERO: tl.constexpr,
-                  PDL: tl.constexpr):
+def _stats_kernel(x_ptr, stride_x, t_ptr, stats_ptr, hist_ptr, tops_ptr, V, P, CHUNK: tl.constexpr,
+                  ZERO: tl.constexpr, TOPS: tl.constexpr, PDL: tl.constexpr):
     """Each chunk's max logit and sum of exp(x / T - max); with ZERO, the chunk's share of its row's
-    key histogram is cleared for `_hist_kernel`."""
+    key histogram is cleared for `_hist_kernel` and the chunk's TOPS largest keys recorded."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
     row, c = tl.program_id(0), tl.program_id(1)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
     if ZERO:
         span = tl.cdiv(_KEYS, P)
         z = c * span + tl.arange(0, ZERO)
         tl.store(hist_ptr + row * _KEYS + z, tl.zeros((ZERO,), tl.int32), mask=(z < (c + 1) * span) & (z < _KEYS))
-    offs = c * CHUNK + tl.arange(0, CHUNK)
-    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + offs, mask=offs < V, other=-float("inf"))
+        _chunk_tops(tops_ptr, row, c, P, x, offs < V, TOPS)
     t = tl.load(t_ptr)
     # the chunk's largest logit untempered: the radix passes take its key; dividing by T after the max
     # gives the max of x / T, rounding being monotone
@@ -180,7 +182,8 @@ def buffers(rows: int, vocab: int, dtype: torch.dtype, filtered: bool) -> dict:
     out = {"stats": ((rows, P, 2), torch.float32), "final": ((rows, 4), torch.float64),
            "chunk_mass": ((P,), torch.float64), "accepted": ((1,), torch.int64), "tokens": ((rows,), torch.int64)}
     if filtered and _key_bits(dtype) == 16:
-        out |= {"hist": ((rows, KEYS), torch.int32), "blocks": ((rows, KEYS // KEY_BLOCK, 2), torch.float64)}
+        out |= {"hist": ((rows, KEYS), torch.int32), "blocks": ((rows, KEYS // KEY_BLOCK, 2), torch.float64),
+                "tops": ((rows, P, TOPS, 2), torch.int32)}
     elif filtered:
         passes = _key_bits(dtype) // DIGIT_BITS
         out |= {"state": ((2, passes, rows, 4), torch.float64), "part": ((2, passes, rows, P, 32), torch.float32),
@@ -206,12 +209,14 @@ def row_filters(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
     pdl = launch_options(logits.device)
     stats, final = buf["stats"], buf["final"]
     args = (logits, logits.stride(0), temperature)
-    hist_bins, blocks = (buf["hist"], buf["blocks"]) if hist else (stats, stats)
-    _stats_kernel[(n, P)](*args, stats, hist_bins, vocab, P, CHUNK=chunk,
-                          ZERO=triton.next_power_of_2(triton.cdiv(KEYS, P)) if hist else 0, num_warps=4, **pdl)
+    hist_bins, blocks, tops = (buf["hist"], buf["blocks"], buf["tops"]) if hist else (stats, stats, stats)
+    _stats_kernel[(n, P)](*args, stats, hist_bins, tops, vocab, P, CHUNK=chunk,
+                          ZERO=triton.next_power_of_2(triton.cdiv(KEYS, P)) if hist else 0, TOPS=TOPS, num_warps=4,
+                          **pdl)
     kstate = kpart = pstate = ppart = cand = stats
     if hist:
-        _hist_kernel[(n, P)](logits, logits.stride(0), hist_bins, vocab, CHUNK=chunk, num_warps=4, **pdl)
+        _hist_kernel[(n, P)](logits, logits.stride(0), top_k, tops, hist_bins, vocab, P, CHUNK=chunk, P_BLOCK=p_block,
+                             TOPS=TOPS, num_warps=4, **pdl)
         _key_blocks_kernel[(n, KEYS // KEY_BLOCK)](logits, temperature, stats, hist_bins, blocks, P, P_BLOCK=p_block,
                                                    KEY_BLOCK=KEY_BLOCK, num_warps=4, **pdl)
     elif filtered:
