@@ -119,16 +119,17 @@ def _hist_filter(x_ptr, t_ptr, k_ptr, p_ptr, hist_ptr, blocks_ptr, row, m, V, KE
     # top-k: the block holding the k-th largest key, then the key
     kth = tl.zeros((), tl.int32)
     kb = tl.zeros((), tl.int32)
+    above = tl.zeros((), tl.float64)
     if top_k < V:
         count_after = tl.sum(tl.where(later, bcount[None, :], 0.0), axis=1)
         kb = tl.max(tl.where(count_after + bcount >= top_k.to(tl.float64), b, -1), axis=0)
         above = tl.sum(tl.where(b == kb, count_after, 0.0), axis=0)
-        count, _mass = _key_weights(x_ptr, hist_ptr, row, kb * KEY_BLOCK + i, m, t)
+    count, mass = _key_weights(x_ptr, hist_ptr, row, kb * KEY_BLOCK + i, m, t)
+    if top_k < V:
         after = tl.sum(count, axis=0) - tl.cumsum(count, axis=0)  # counts of the higher keys in the block
         kth = kb * KEY_BLOCK + tl.max(tl.where(above + (after + count).to(tl.float64) >= top_k.to(tl.float64), i, -1),
                                       axis=0)
     # the blocks' masses at or above kth
-    count, mass = _key_weights(x_ptr, hist_ptr, row, kb * KEY_BLOCK + i, m, t)
     inside = kb * KEY_BLOCK + i >= kth
     bmass = tl.where(b > kb, bmass, tl.where(b == kb, tl.sum(tl.where(inside, mass, 0.0), axis=0), 0.0))
     bcount = tl.where(b > kb, bcount, tl.where(b == kb, tl.sum(tl.where(inside, count, 0), axis=0).to(tl.float64), 0.0))

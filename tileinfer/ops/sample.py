@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from tileinfer.ops.key_histogram import (KEY_BLOCK, KEYS, TOPS, _chunk_tops, _hist_filter, _hist_kernel,
+from tileinfer.ops.key_histogram import (_KEYS, KEY_BLOCK, KEYS, TOPS, _chunk_tops, _hist_filter, _hist_kernel,
                                          _key_blocks_kernel)
 from tileinfer.ops.logit_keys import logit_keys, row_max_sum
 from tileinfer.ops.pdl import launch_options
@@ -33,7 +33,6 @@ from tileinfer.ops.radix_select import (_DIGIT_BITS, DIGIT_BITS, GATHER, IDX_BIT
 
 MIN_CHUNK, MAX_CHUNK = 1024, 4096
 PROGRAMS = 264  # two per SM of an H100/H200, shared by the rows
-_KEYS = tl.constexpr(KEYS)
 
 
 def chunk_size(rows: int, vocab: int) -> int:
