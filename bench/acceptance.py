@@ -2,11 +2,13 @@
 the held-out prompts (`tileinfer_profiling.prompts.heldout`: phrasings and files the default pair
 never trained on).
 
-    python bench/acceptance.py [--model DIR --draft DIR] [--points 1k,8k] [--heldout 4]
+    python bench/acceptance.py [--model DIR --draft DIR] [--points 1k,8k] [--seeds 1] [--heldout 4]
         [--out bench/results/acceptance_default.csv] [--heldout-out bench/results/acceptance_heldout.csv]
 
 Without --model: the embedded default pair. Each row also checks the DFlash reply against plain
-greedy decoding of the target.
+greedy decoding of the target. `--seeds N` measures the benchmark's prompts of seeds 0 … N − 1 (seed 0
+is the comparison's own; one reply is a noisy measure of a pair). The last lines are the means per set,
+task and point.
 """
 
 import argparse
@@ -34,12 +36,22 @@ def measure(engine, ids, new_tokens):
             "plain_tok_s": round(plain.stats.decode_tok_s, 1)}
 
 
-def benchmark_rows(engine, points, name):
+def benchmark_rows(engine, points, name, seeds=1):
     for point in points:
         for task in ("edit", "explain"):
-            prompt = load_prompt(task, point, engine.tokenizer, name=name)
-            yield {"set": "benchmark", "task": task, "point": point, "source": f"julia:seed={prompt.seed}",
-                   **measure(engine, prompt.ids, POINTS[point].new_tokens)}
+            for seed in range(seeds):
+                prompt = load_prompt(task, point, engine.tokenizer, name=name, seed=seed)
+                yield {"set": "benchmark", "task": task, "point": point, "source": f"julia:seed={prompt.seed}",
+                       **measure(engine, prompt.ids, POINTS[point].new_tokens)}
+
+
+def means(rows):
+    """{(set, task, point): (prompts, mean tokens per step)} over the prompts that decoded a step."""
+    groups = {}
+    for r in rows:
+        if r["steps"]:
+            groups.setdefault((r["set"], r["task"], r["point"]), []).append(r["mean_tokens_per_step"])
+    return {k: (len(v), sum(v) / len(v)) for k, v in groups.items()}
 
 
 def heldout_rows(engine, points, per_task, new_tokens=None):
@@ -66,6 +78,7 @@ def main(argv=None):
     parser.add_argument("--name", default="default", help="tokenizer name of the stored prompts")
     parser.add_argument("--points", default="1k,8k")
     parser.add_argument("--weights", default="bf16")
+    parser.add_argument("--seeds", type=int, default=1, help="benchmark prompts per task and point (seeds 0 … N − 1)")
     parser.add_argument("--heldout", type=int, default=4, help="held-out prompts per task and point (0: none)")
     parser.add_argument("--heldout-new-tokens", type=int, default=None,
                         help="reply length of the held-out prompts (default: the point's)")
@@ -73,13 +86,15 @@ def main(argv=None):
     parser.add_argument("--heldout-out", default="bench/results/acceptance_heldout.csv")
     args = parser.parse_args(argv)
     points = args.points.split(",")
+    if not 1 <= args.seeds <= 8:
+        parser.error(f"--seeds {args.seeds}: the benchmark's prompts are seeds 0-7, so 1 to 8")
     for point in points:
         if point not in POINTS:
             parser.error(f"unknown point {point!r}: use some of {', '.join(POINTS)}")
     engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights)
     info = {**run_info(), "backend": engine.backend, "weights": args.weights, "command": command_line(),
             "model": "embedded default" if args.model is None else args.model}
-    sets = [(args.out, benchmark_rows(engine, points, args.name))]
+    sets = [(args.out, benchmark_rows(engine, points, args.name, args.seeds))]
     if args.heldout:
         sets.append((args.heldout_out, heldout_rows(engine, points, args.heldout, args.heldout_new_tokens)))
     for out, rows_of in sets:
@@ -90,6 +105,8 @@ def main(argv=None):
                   f"{row['mean_tokens_per_step']:6.2f} tokens/step over {row['steps']:4} steps, "
                   f"lossless {row['lossless']}, {time.perf_counter() - t0:.0f} s", flush=True)
         write_csv(out, rows)
+        for (set_, task, point), (n, mean) in means(rows).items():
+            print(f"mean {set_:9} {task:8} {point:3} {mean:6.2f} tokens/step over {n} prompts")
 
 
 if __name__ == "__main__":

@@ -66,3 +66,28 @@ def test_host_work_rows_tell_the_call_from_its_prefill(tmp_path, capsys):
     assert {"memory plan (check_budget)", "request checks (_check_request)"} <= set(df.index)
     assert (df["max_ms"] >= df["ms"]).all() and (df["weights_kind"] == "embedded pair").all()
     assert "outside the window" in capsys.readouterr().out
+
+
+def test_acceptance_measures_the_benchmark_seeds_and_prints_their_means(tmp_path, capsys):
+    import pandas as pd
+
+    from bench import acceptance
+
+    out = tmp_path / "acceptance.csv"
+    acceptance.main(["--points", "1k", "--seeds", "2", "--heldout", "0", "--out", str(out)])
+    df = pd.read_csv(out)
+    assert sorted(df["source"].unique()) == ["julia:seed=0", "julia:seed=1"] and len(df) == 4
+    assert df["lossless"].all()
+    printed = capsys.readouterr().out
+    for task in ("edit", "explain"):
+        mean = df.loc[df["task"] == task, "mean_tokens_per_step"].mean()
+        assert f"mean benchmark {task:8} 1k  {mean:6.2f} tokens/step over 2 prompts" in printed
+
+
+@pytest.mark.parametrize("seeds", ["0", "9"])
+def test_acceptance_refuses_seeds_the_benchmark_lacks(seeds, tmp_path, capsys):
+    from bench import acceptance
+
+    with pytest.raises(SystemExit):
+        acceptance.main(["--seeds", seeds, "--out", str(tmp_path / "a.csv")])
+    assert "--seeds" in capsys.readouterr().err and not (tmp_path / "a.csv").exists()
