@@ -161,3 +161,33 @@ def test_peer_rows_and_rows_recorded_before_the_optional_fields():
     table = format_table(summary)
     assert "| transformers static-compile | qwen3-4b | 1k |" in table and "one process: unchecked" in table
     assert "| tileinfer | - | 1k |" in table
+
+
+def test_cpu_lists_read_back_and_bad_ones_are_named():
+    import argparse
+    import os
+
+    from bench.ref.procs import format_cpus, parse_cpus
+
+    mine = os.sched_getaffinity(0)
+    assert parse_cpus(format_cpus(mine)) == mine
+    assert format_cpus({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    for bad in ("a-b", "", "0-1,x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a CPU list"):
+            parse_cpus(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="not all among this process's CPUs"):
+        parse_cpus(str(max(mine) + 1))
+
+
+def test_run_workers_pins_each_worker_to_the_cpus(tmp_path):
+    import os
+    import sys
+
+    cpu = max(os.sched_getaffinity(0))
+    probe = ("import json, os; from tests.test_bench_metric import make_row; "
+             "print('ROW ' + json.dumps(make_row(note=str(sorted(os.sched_getaffinity(0))))))")
+    argv = [sys.executable, "-c", probe]
+    rows = run_workers([("a", argv), ("b", argv)], tmp_path / "rows.jsonl", cpus=frozenset({cpu}))
+    assert [r["note"] for r in rows] == [str([cpu])] * 2
+    (free,) = run_workers([("c", argv)], tmp_path / "free.jsonl")
+    assert free["note"] == str(sorted(os.sched_getaffinity(0)))

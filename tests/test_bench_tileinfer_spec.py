@@ -70,6 +70,22 @@ def test_workers_of_random_weights_record_no_checkpoint_paths():
     assert argv[argv.index("--random-weights") + 1] == "tiny" and argv[argv.index("--random-dir") + 1] == "rw"
 
 
+def test_pinned_workers_carry_their_cpus_and_check_them():
+    import os
+
+    from bench.ref.procs import check_pinned
+
+    cpu = max(os.sched_getaffinity(0))
+    args = spec.parse_args(["--model", "m", "--points", "1k", "--processes", "1", "--dflash", "off",
+                            "--weights", "bf16", "--cpus", str(cpu)])
+    ((_, argv),) = spec.jobs(args)
+    assert spec.parse_args(argv[3:]).cpus == {cpu}
+    if len(os.sched_getaffinity(0)) > 1:  # an unpinned process on a machine of several CPUs
+        with pytest.raises(SystemExit, match=f"pinned to CPUs {cpu}, running on"):
+            check_pinned(frozenset({cpu}))
+    check_pinned(None)
+
+
 @pytest.mark.parametrize("dflash", ["on", "off"])
 def test_worker_rows_with_a_fake_engine(dflash):
     engine, loads, emitted = FakeEngine(vocab_size=200), [], []

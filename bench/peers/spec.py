@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from bench.ref.metric import Row, decode_tok_s, environment, measure, timestamp, validate_row
-from bench.ref.procs import add_run_arguments, emit_row
+from bench.ref.procs import add_run_arguments, check_pinned, emit_row
 from bench.ref.tileinfer_spec import (
     add_checkpoint_arguments, base_worker_argv, coordinate, model_name, parse_checked, parse_points,
     prepare_checkpoints, prompt_ids,
@@ -164,9 +164,10 @@ def main(argv=None):
     args = parse_args(argv)
     prepare_checkpoints(args)
     if args.worker:
+        check_pinned(args.cpus)
         run_worker(args)
         return
-    coordinate(jobs(args), args.out, "peers", args.timeout_s, desc="peer processes")
+    coordinate(jobs(args), args.out, "peers", args.timeout_s, desc="peer processes", cpus=args.cpus)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #
 #   bench/ref/run_all.sh                                    # every part (real weights: MODEL, DRAFT)
 #   RANDOM_WEIGHTS=qwen3-4b bench/ref/run_all.sh 1k features  # some parts, random Qwen3-4B-shaped weights
+#   CPUS=2-5 bench/ref/run_all.sh 1k                        # every worker process pinned to the same CPUs
 #
 # Parts, each sized for one call of at most ~8 minutes on an H200 (bench/ref/README.md):
 #   1k        TileInfer, 1k, BF16/INT8 x DFlash on/off           -> $OUT/tileinfer.jsonl
@@ -40,6 +41,8 @@ PEER_NEW_TOKENS_8K=${PEER_NEW_TOKENS_8K:-128,dflash-ref=16}
 # the comparison's BF16 tokens per step per point and task (reference.csv): 1k:edit=7.1,...,8k:edit=1.87,...
 ACCEPT_PROFILE=${ACCEPT_PROFILE:-$($PY -m bench.ref.reference accept-profile 1k,8k)}
 OUT=${OUT:-bench/runs/run-$(date +%Y%m%d-%H%M%S)}
+PIN_ARGS=()
+[[ -n "${CPUS:-}" ]] && PIN_ARGS=(--cpus "$CPUS")
 mkdir -p "$OUT"
 PARTS=("$@")
 [[ ${#PARTS[@]} -eq 0 || "${PARTS[0]}" == all ]] && PARTS=(1k 8k-bf16 8k-int8 features profile sizes peers-1k peers-8k vllm)
@@ -67,7 +70,7 @@ for PART in "${PARTS[@]}"; do
     1k|8k-bf16|8k-int8)
       point=${PART%%-*}; weights=${PART#*-}; [[ "$PART" == 1k ]] && weights=bf16,int8
       stamp "TileInfer: $point, $weights x DFlash on/off"
-      $PY -m bench.ref.tileinfer_spec "${SPEC_ARGS[@]}" --points "$point" --weights "$weights" --dflash on,off \
+      $PY -m bench.ref.tileinfer_spec "${SPEC_ARGS[@]}" "${PIN_ARGS[@]}" --points "$point" --weights "$weights" --dflash on,off \
         --timeout-s "$([[ $point == 1k ]] && echo 180 || echo 300)" --out "$OUT/tileinfer.jsonl" || true ;;
     features)
       stamp "Results by feature (1k, edit)"
@@ -82,7 +85,7 @@ for PART in "${PARTS[@]}"; do
       fi
       for preset in $SIZES; do
         stamp "TileInfer: $preset, 1k, $SIZE_WEIGHTS x DFlash on/off"
-        $PY -m bench.ref.tileinfer_spec --random-weights "$preset" --accept-profile "$ACCEPT_PROFILE" --points 1k \
+        $PY -m bench.ref.tileinfer_spec "${PIN_ARGS[@]}" --random-weights "$preset" --accept-profile "$ACCEPT_PROFILE" --points 1k \
           --weights "$SIZE_WEIGHTS" --dflash on,off --timeout-s 180 --out "$OUT/sizes.jsonl" || true
       done ;;
     peers-1k|peers-8k)
@@ -95,7 +98,7 @@ for PART in "${PARTS[@]}"; do
         engines=hf-eager,hf-compile,dflash-ref
       fi
       stamp "Peers: $engines, $point"
-      $PY -m bench.peers.spec "${WEIGHTS_ARGS[@]}" --points "$point" --engines "$engines" --processes "$procs" \
+      $PY -m bench.peers.spec "${WEIGHTS_ARGS[@]}" "${PIN_ARGS[@]}" --points "$point" --engines "$engines" --processes "$procs" \
         --new-tokens "$caps" --timeout-s 300 --out "$OUT/peers.jsonl" || true ;;
     vllm)
       stamp "vLLM: BF16/INT8 x DFlash k=15"
@@ -104,7 +107,7 @@ for PART in "${PARTS[@]}"; do
       elif ! $PY -c "import vllm" 2>/dev/null; then
         echo "skipped: vLLM is not installed in this environment (pip install vllm, then run again)"
       else
-        $PY -m bench.ref.vllm_spec --model "$MODEL" --draft "$DRAFT" --points 1k,8k --weights bf16,int8 \
+        $PY -m bench.ref.vllm_spec "${PIN_ARGS[@]}" --model "$MODEL" --draft "$DRAFT" --points 1k,8k --weights bf16,int8 \
           --dflash on --timeout-s 600 --out "$OUT/vllm.jsonl" || true
       fi ;;
     *)

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.ref.metric import (
     Row, accept_mode, decode_tok_s, environment, format_table, measure, summarize, timestamp, validate_row,
 )
-from bench.ref.procs import add_run_arguments, emit_row, run_workers
+from bench.ref.procs import add_run_arguments, check_pinned, cpus_argv, emit_row, run_workers
 from tileinfer_profiling.prompts import POINTS, ByteTokenizer, Point, build_prompt, load_prompt
 from tileinfer_profiling.run_info import command_line
 
@@ -207,7 +207,7 @@ def base_worker_argv(module, args, point, process):
             argv += [flag, str(value)]
     if args.datasheet_bandwidth:
         argv.append("--datasheet-bandwidth")
-    return argv
+    return argv + cpus_argv(args.cpus)
 
 
 def worker_argv(args, point, weights, dflash, process):
@@ -240,12 +240,12 @@ def prepare_checkpoints(args):
         args.prepared = True
 
 
-def coordinate(jobs, out, name, timeout_s=None, desc="configurations"):
+def coordinate(jobs, out, name, timeout_s=None, desc="configurations", cpus=None):
     """Run the (label, argv) workers, their rows appended to `out` (default bench/runs/<name>-<time>.jsonl);
     print the summary and write it beside the rows as markdown; return the rows."""
     out = Path(out or REPO / "bench" / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = run_workers(jobs, out, desc=desc, timeout_s=timeout_s)
+    rows = run_workers(jobs, out, desc=desc, timeout_s=timeout_s, cpus=cpus)
     if not rows:
         raise SystemExit("no rows were produced")
     summary = summarize(rows)
@@ -265,9 +265,10 @@ def main(argv=None):
     if "on" in args.dflash.split(",") and not args.draft:
         raise SystemExit("--dflash on needs --draft (or --random-weights); or pass --dflash off")
     if args.worker:
+        check_pinned(args.cpus)
         run_worker(args)
         return
-    coordinate(jobs(args), args.out, "tileinfer", args.timeout_s)
+    coordinate(jobs(args), args.out, "tileinfer", args.timeout_s, cpus=args.cpus)
 
 
 if __name__ == "__main__":

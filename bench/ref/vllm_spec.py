@@ -15,7 +15,7 @@ from pathlib import Path
 from bench.ref.metric import (
     Row, decode_tok_s, environment, measure, timestamp, validate_row,
 )
-from bench.ref.procs import add_run_arguments, emit_row
+from bench.ref.procs import add_run_arguments, check_pinned, cpus_argv, emit_row
 from bench.ref.tileinfer_spec import BENCH_ROOT, coordinate, parse_points
 from tileinfer_profiling.prompts import POINTS, load_prompt, tokenizer_from_path
 from tileinfer_profiling.run_info import command_line
@@ -177,6 +177,7 @@ def export_int8(model):
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
+        check_pinned(args.cpus)
         run_worker(args)
         return
     try:
@@ -202,8 +203,9 @@ def main(argv=None):
                             argv_w += [flag, value]
                     if args.datasheet_bandwidth:
                         argv_w.append("--datasheet-bandwidth")
+                    argv_w += cpus_argv(args.cpus)
                     jobs.append((f"{point.name} {weights} dflash={dflash} #{process}", argv_w))
-    coordinate(jobs, args.out, "vllm", args.timeout_s)
+    coordinate(jobs, args.out, "vllm", args.timeout_s, cpus=args.cpus)
 
 
 if __name__ == "__main__":
