@@ -3,10 +3,16 @@
 memory plan, the request's checks), medians and maxima over many calls. The comparison's 1-token latency
 is the whole call, so this is the part of it no GPU work explains.
 
-    python bench/host_work.py --out bench/results [--preset qwen3-0.6b] [--calls 50]
+    python bench/host_work.py --out bench/results [--preset qwen3-0.6b] [--calls 50] [--profile]
+
+`--profile` also runs the calls under cProfile and writes the functions that took the most of their own
+time to `host_work_profile_<gpu>.txt` (the waits for the GPU are there too, under the calls that wait).
 """
 
 import argparse
+import cProfile
+import io
+import pstats
 import statistics
 import sys
 import time
@@ -65,6 +71,20 @@ def measure(engine, prompt_tokens: int, calls: int) -> list[dict]:
     return [r | dict(prompt_tokens=prompt_tokens, calls=calls) for r in rows]
 
 
+def profile(engine, prompt_tokens: int, calls: int, top: int = 30) -> str:
+    """cProfile's table of `calls` 1-token requests, by each function's own time."""
+    ids = torch.randint(0, engine.config.vocab_size, (prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    engine.generate(ids, 1, stop_ids=[])
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        engine.generate(ids, 1, stop_ids=[])
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).strip_dirs().sort_stats("tottime").print_stats(top)
+    return f"{calls} calls of generate(ids, 1), {prompt_tokens}-token prompt\n" + text.getvalue()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench/results")
@@ -72,6 +92,7 @@ def main(argv=None):
     ap.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     ap.add_argument("--prompt-tokens", type=int, default=1024)
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--profile", action="store_true", help="also the calls under cProfile, by own time")
     ap.add_argument("--smoke", action="store_true", help="the embedded pair, a short prompt, few calls")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -91,6 +112,13 @@ def main(argv=None):
     for r in rows:
         print(f"{r['what']:48} {r['ms']:8.3f} {r['max_ms']:8.3f}")
     print(f"written {path}")
+    if args.profile:
+        table = profile(engine, args.prompt_tokens, args.calls)
+        head = f"{base['gpu']}, torch {base['torch']}, triton {base['triton']}, rev {base['git_rev']}, {weights_kind}\n"
+        prof_path = out / f"host_work_profile_{gpu_tag(env['gpu'])}.txt"
+        prof_path.write_text(head + f"command: {base['command']}\n" + table)
+        print("\n".join(table.splitlines()[:24]))
+        print(f"written {prof_path}")
 
 
 if __name__ == "__main__":

@@ -59,13 +59,15 @@ def test_host_work_rows_tell_the_call_from_its_prefill(tmp_path, capsys):
 
     from bench import host_work
 
-    host_work.main(["--smoke", "--out", str(tmp_path)])
+    host_work.main(["--smoke", "--profile", "--out", str(tmp_path)])
     df = pd.read_csv(next(tmp_path.glob("host_work_*.csv"))).set_index("what")
     call, window = df.loc["generate(ids, 1): the call", "ms"], df.loc["generate(ids, 1): the engine's prefill window", "ms"]
     assert 0 < window <= call and df.loc["generate(ids, 1): outside the window", "ms"] >= 0
     assert {"memory plan (check_budget)", "request checks (_check_request)"} <= set(df.index)
     assert (df["max_ms"] >= df["ms"]).all() and (df["weights_kind"] == "embedded pair").all()
     assert "outside the window" in capsys.readouterr().out
+    table = next(tmp_path.glob("host_work_profile_*.txt")).read_text()
+    assert "3 calls of generate(ids, 1)" in table and "tottime" in table and str(REPO) not in table
 
 
 def test_acceptance_measures_the_benchmark_seeds_and_prints_their_means(tmp_path, capsys):
