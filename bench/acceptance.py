@@ -78,7 +78,8 @@ def main(argv=None):
     parser.add_argument("--name", default="default", help="tokenizer name of the stored prompts")
     parser.add_argument("--points", default="1k,8k")
     parser.add_argument("--weights", default="bf16")
-    parser.add_argument("--seeds", type=int, default=1, help="benchmark prompts per task and point (seeds 0 … N − 1)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="benchmark prompts per task and point (seeds 0 … N − 1; 0: none)")
     parser.add_argument("--heldout", type=int, default=4, help="held-out prompts per task and point (0: none)")
     parser.add_argument("--heldout-new-tokens", type=int, default=None,
                         help="reply length of the held-out prompts (default: the point's)")
@@ -86,15 +87,15 @@ def main(argv=None):
     parser.add_argument("--heldout-out", default="bench/results/acceptance_heldout.csv")
     args = parser.parse_args(argv)
     points = args.points.split(",")
-    if not 1 <= args.seeds <= 8:
-        parser.error(f"--seeds {args.seeds}: the benchmark's prompts are seeds 0-7, so 1 to 8")
+    if not 0 <= args.seeds <= 8:
+        parser.error(f"--seeds {args.seeds}: the benchmark's prompts are seeds 0-7, so 0 (none) to 8")
     for point in points:
         if point not in POINTS:
             parser.error(f"unknown point {point!r}: use some of {', '.join(POINTS)}")
     engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights)
     info = {**run_info(), "backend": engine.backend, "weights": args.weights, "command": command_line(),
             "model": "embedded default" if args.model is None else args.model}
-    sets = [(args.out, benchmark_rows(engine, points, args.name, args.seeds))]
+    sets = [(args.out, benchmark_rows(engine, points, args.name, args.seeds))] if args.seeds else []
     if args.heldout:
         sets.append((args.heldout_out, heldout_rows(engine, points, args.heldout, args.heldout_new_tokens)))
     for out, rows_of in sets:
