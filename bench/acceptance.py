@@ -78,6 +78,9 @@ def main(argv=None):
     parser.add_argument("--name", default="default", help="tokenizer name of the stored prompts")
     parser.add_argument("--points", default="1k,8k")
     parser.add_argument("--weights", default="bf16")
+    parser.add_argument("--exact", choices=("on", "off"), default="on",
+                        help="exact mode (a row's bits do not depend on the step's size), so the lossless "
+                             "check holds bit for bit; off: the engine's faster default for a checkpoint")
     parser.add_argument("--seeds", type=int, default=1,
                         help="benchmark prompts per task and point (seeds 0 … N − 1; 0: none)")
     parser.add_argument("--heldout", type=int, default=4, help="held-out prompts per task and point (0: none)")
@@ -92,8 +95,9 @@ def main(argv=None):
     for point in points:
         if point not in POINTS:
             parser.error(f"unknown point {point!r}: use some of {', '.join(POINTS)}")
-    engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights)
-    info = {**run_info(), "backend": engine.backend, "weights": args.weights, "command": command_line(),
+    engine = tileinfer.load(args.model, draft=args.draft, weights=args.weights, exact=args.exact == "on")
+    info = {**run_info(), "backend": engine.backend, "weights": args.weights, "exact": args.exact,
+            "command": command_line(),
             "model": "embedded default" if args.model is None else args.model}
     sets = [(args.out, benchmark_rows(engine, points, args.name, args.seeds))] if args.seeds else []
     if args.heldout:

@@ -79,7 +79,7 @@ def test_acceptance_measures_the_benchmark_seeds_and_prints_their_means(tmp_path
     acceptance.main(["--points", "1k", "--seeds", "2", "--heldout", "0", "--out", str(out)])
     df = pd.read_csv(out)
     assert sorted(df["source"].unique()) == ["julia:seed=0", "julia:seed=1"] and len(df) == 4
-    assert df["lossless"].all()
+    assert df["lossless"].all() and (df["exact"] == "on").all()
     printed = capsys.readouterr().out
     for task in ("edit", "explain"):
         mean = df.loc[df["task"] == task, "mean_tokens_per_step"].mean()
