@@ -50,9 +50,13 @@ def pieces(engine, ids: list[int]) -> dict:
     return out
 
 
-def measure(engine, prompt_tokens: int, calls: int) -> list[dict]:
+def prompt_ids(engine, prompt_tokens: int) -> list[int]:
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, engine.config.vocab_size, (prompt_tokens,), generator=g).tolist()
+    return torch.randint(0, engine.config.vocab_size, (prompt_tokens,), generator=g).tolist()
+
+
+def measure(engine, prompt_tokens: int, calls: int) -> list[dict]:
+    ids = prompt_ids(engine, prompt_tokens)
     for _ in range(5):
         engine.generate(ids, 1, stop_ids=[])
     rows = [dict(what=name, ms=statistics.median(t), max_ms=max(t))
@@ -73,7 +77,7 @@ def measure(engine, prompt_tokens: int, calls: int) -> list[dict]:
 
 def profile(engine, prompt_tokens: int, calls: int, top: int = 30) -> str:
     """cProfile's table of `calls` 1-token requests, by each function's own time."""
-    ids = torch.randint(0, engine.config.vocab_size, (prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    ids = prompt_ids(engine, prompt_tokens)
     engine.generate(ids, 1, stop_ids=[])
     prof = cProfile.Profile()
     prof.enable()
