@@ -201,6 +201,8 @@ def cmd_train(args):
 
 
 def main(argv=None):
+    from tools.train.data import SEQ_LENS
+
     ap = argparse.ArgumentParser(prog="python -m tools.train")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("data", help="tokenizer + packed training tokens + eval prompts (CPU)")
@@ -214,7 +216,8 @@ def main(argv=None):
     d.add_argument("--vocab-size", type=int, default=4096)
     d.add_argument("--num-tokens", type=int, default=24_000_000,
                    help="real tokens in all; the rows must stay under the GPU call's 64 MiB carry")
-    d.add_argument("--seq-lens", default="2048:0.5,4096:0.25,8192:0.25", help="row lengths and their token shares")
+    d.add_argument("--seq-lens", default=",".join(f"{n}:{w}" for n, w in SEQ_LENS.items()),
+                   help="row lengths and their token shares")
     d.add_argument("--mix", default=None, help="token shares per kind of example, e.g. copy:0.2,edit:0.2,"
                    "continue:0.1,explain:0.1,code:0.1,bench:0.3 (default: tools.train.data.MIX)")
     d.add_argument("--max-positions", type=int, default=16384)

@@ -33,7 +33,7 @@ SCRAMBLED_COPY = 0.4
 # Share of each kind's examples per language (only the languages with an explainer for "explain").
 LANGS = {"python": 0.45, "julia": 0.25, "c": 0.20, "shell": 0.10}
 # Share of the token budget per row length: the curriculum (`TrainData.sample_seq_len`).
-SEQ_LENS = {2048: 0.5, 4096: 0.25, 8192: 0.25}
+SEQ_LENS = {2048: 0.4, 4096: 0.2, 8192: 0.2, 16384: 0.2}  # 16k rows: copies from ~8k tokens back, past position 8,192
 TRAIN_SEED0 = 1000  # Julia modules with seeds below this are never trained on
 
 
