@@ -42,7 +42,7 @@ from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.pdl import launch_options, prefetch_l2
-from tileinfer.ops.rope import norm_rope_rows
+from tileinfer.ops.rope import norm_rope_tile, rope_factors
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
@@ -143,35 +143,36 @@ def _online_softmax_tile(
 def _merge_head(
     MID_O, MID_LSE, OUT, kv_head, live_splits,
     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
-    NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-    SPLITS_P2: tl.constexpr, UNROLL: tl.constexpr,
+    NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_M: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):
-    """For every query row of one KV head: out = Σ_s exp2(lse_s − m) o_s / Σ_s exp2(lse_s − m), m = max_s lse_s,
-    summed split by split in order (a split the row does not reach, lse = −inf, is an exact no-op)."""
-    rows = tl.arange(0, BLOCK_M)
+    """For every query row of one KV head: out = Σ_s w_s o_s / Σ_s w_s with w_s = exp2(lse_s − m), split by
+    split in order against a running max m (the sums so far rescaled by exp2(m_old − m_new) when it grows;
+    a split the row does not reach, lse = −inf, adds exact zeros). No first pass for the max: a split's
+    loads do not wait on the sums, so UNROLL splits' partials are in flight at once. MERGE_M: the rows
+    (T × group) padded to a power of two, whatever the attention's query tile."""
+    rows = tl.arange(0, MERGE_M)
     row_valid = rows < NUM_Q_TOKENS * GROUP
     token = rows // GROUP
     head = kv_head * GROUP + rows % GROUP
     offs_d = tl.arange(0, HEAD_DIM)
     o_ptrs = MID_O + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
     lse_ptrs = MID_LSE + token * stride_lt + head
-    # .cg: other programs wrote these; read them from L2, never from a stale L1 line. All the splits'
-    # lse in one load give the max first, so the partials below are independent loads, not a chain.
-    offs_s = tl.arange(0, SPLITS_P2)
-    lse_all = tl.load(lse_ptrs[:, None] + offs_s[None, :] * stride_ls,
-                      mask=row_valid[:, None] & (offs_s[None, :] < live_splits), other=float("-inf"),
-                      cache_modifier=".cg")
-    m = tl.max(lse_all, 1)
-    m_shift = tl.where(m == float("-inf"), 0.0, m)
-    denom = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    m = tl.full([MERGE_M], float("-inf"), tl.float32)
+    denom = tl.zeros([MERGE_M], tl.float32)
+    acc = tl.zeros([MERGE_M, HEAD_DIM], tl.float32)
     for s in tl.range(0, live_splits, loop_unroll_factor=UNROLL):
+        # .cg: other programs wrote these; read them from L2, never from a stale L1 line
         lse = tl.load(lse_ptrs + s * stride_ls, mask=row_valid, other=float("-inf"), cache_modifier=".cg")
         o = tl.load(o_ptrs + s * stride_os, mask=row_valid[:, None], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, lse)
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_shift)
         w = tl.math.exp2(lse - m_shift)
-        denom += w
-        # an explicit FMA: left to contraction, the T = 1 and T = 16 builds could round rows differently
-        acc = tl.fma(w[:, None], o, acc)
+        # explicit FMAs: left to contraction, the T = 1 and T = 16 builds could round rows differently
+        denom = tl.fma(denom, alpha, w)
+        acc = tl.fma(w[:, None], o, acc * alpha[:, None])
+        m = m_new
     out = acc / tl.where(row_valid, denom, 1.0)[:, None]
     out_ptrs = OUT + token[:, None] * stride_out_t + head[:, None] * stride_out_h + offs_d[None, :]
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=row_valid[:, None])
@@ -190,7 +191,7 @@ def _split_kv_attention_kernel(
     stride_out_t, stride_out_h,
     stride_knt, stride_knh, stride_vnt, stride_vnh, stride_cs,
     NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_UNROLL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MERGE_M: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
     TMA: tl.constexpr, EARLY: tl.constexpr,
@@ -204,7 +205,7 @@ def _split_kv_attention_kernel(
     program then merges its partials (_merge_head).
 
     NORM_ROPE: Q holds the step's raw q, K_NEW / V_NEW its raw k / v (views of the qkv projection). Each
-    program norms and rotates its rows of q (`rope.norm_rope_rows`, the q_norm weight Q_W), and the programs
+    program norms and rotates its rows of q (`rope.norm_rope_tile`, the q_norm weight Q_W), and the programs
     whose share holds a step position p = POSITIONS[t] norm and rotate k[t] (K_W) into row p of the K cache
     and copy v[t] into the V cache before reading their share: no other program reads those rows.
 
@@ -237,35 +238,43 @@ def _split_kv_attention_kernel(
         ahead = end if PREFETCH_ROWS < 0 else tl.minimum(end, start + PREFETCH_ROWS)
         _prefetch_rows_l2(K + kv_head * stride_kh, start, ahead, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
         _prefetch_rows_l2(V + kv_head * stride_vh, start, ahead, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
-
     rows = tl.arange(0, BLOCK_M)
     row_valid = rows < NUM_Q_TOKENS * GROUP
     token = rows // GROUP
     head = kv_head * GROUP + rows % GROUP
     if NORM_ROPE:
+        # Positions, norm weights and RoPE rows are the step's inputs, not the kernel before's outputs:
+        # loaded before the wait, so only the raw q/k/v loads stand between the wait and the cache writes.
         offs_rot = (offs_d + HEAD_DIM // 2) % HEAD_DIM
         offs_cs = offs_d % (HEAD_DIM // 2)
-        # The step's keys of this share, in a tile of NEW_ROWS rows whatever T is (the same bits for a row
-        # computed alone or in a block), stored before the loop below loads them (one CTA: the barrier).
         t = tl.arange(0, NEW_ROWS)
         pos = tl.load(POSITIONS + t, mask=t < NUM_Q_TOKENS, other=-1).to(tl.int64)
         mine = ((t < NUM_Q_TOKENS) & (pos >= start) & (pos < end))[:, None]
+        k_w, k_w_rot, k_cos, k_sin = rope_factors(K_W, COS_SIN + pos[:, None] * stride_cs + offs_cs[None, :], mine,
+                                                  HEAD_DIM)
+        q_pos_t = tl.load(POSITIONS + token, mask=row_valid, other=0).to(tl.int64)
+        q_w, q_w_rot, q_cos, q_sin = rope_factors(Q_W, COS_SIN + q_pos_t[:, None] * stride_cs + offs_cs[None, :],
+                                                  row_valid[:, None], HEAD_DIM)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+    if NORM_ROPE:
+        # The step's keys of this share, in a tile of NEW_ROWS rows whatever T is (the same bits for a row
+        # computed alone or in a block), stored before the loop below loads them (one CTA: the barrier).
         k_src = K_NEW + t[:, None] * stride_knt + kv_head * stride_knh
-        k_new = norm_rope_rows(k_src + offs_d[None, :], k_src + offs_rot[None, :], K_W,
-                                COS_SIN + pos[:, None] * stride_cs + offs_cs[None, :], mine, eps, HEAD_DIM)
+        k_raw = tl.load(k_src + offs_d[None, :], mask=mine, other=0.0)
+        k_raw_rot = tl.load(k_src + offs_rot[None, :], mask=mine, other=0.0)
+        v_new = tl.load(V_NEW + t[:, None] * stride_vnt + kv_head * stride_vnh + offs_d[None, :], mask=mine)
+        q_src = Q + token[:, None] * stride_qt + head[:, None] * stride_qh
+        q_raw = tl.load(q_src + offs_d[None, :] * stride_qd, mask=row_valid[:, None], other=0.0)
+        q_raw_rot = tl.load(q_src + offs_rot[None, :] * stride_qd, mask=row_valid[:, None], other=0.0)
+        k_new = norm_rope_tile(k_raw, k_raw_rot, k_w, k_w_rot, k_cos, k_sin, eps, HEAD_DIM)
         tl.store(K + pos[:, None] * stride_kn + kv_head * stride_kh + offs_d[None, :],
                  k_new.to(K.dtype.element_ty), mask=mine)
-        v_new = tl.load(V_NEW + t[:, None] * stride_vnt + kv_head * stride_vnh + offs_d[None, :], mask=mine)
         tl.store(V + pos[:, None] * stride_vn + kv_head * stride_vh + offs_d[None, :], v_new, mask=mine)
         tl.debug_barrier()
-        q_src = Q + token[:, None] * stride_qt + head[:, None] * stride_qh
-        q_pos_t = tl.load(POSITIONS + token, mask=row_valid, other=0).to(tl.int64)
-        q = norm_rope_rows(q_src + offs_d[None, :] * stride_qd, q_src + offs_rot[None, :] * stride_qd, Q_W,
-                            COS_SIN + q_pos_t[:, None] * stride_cs + offs_cs[None, :], row_valid[:, None], eps,
-                            HEAD_DIM)
+        q = norm_rope_tile(q_raw, q_raw_rot, q_w, q_w_rot, q_cos, q_sin, eps, HEAD_DIM)
         q = q.to(Q.dtype.element_ty)  # rounded as the two-launch path stores it
     else:
         q_ptrs = Q + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :] * stride_qd
@@ -320,7 +329,7 @@ def _split_kv_attention_kernel(
     if arrived == live_splits - 1:
         _merge_head(MID_O, MID_LSE, OUT, kv_head, live_splits,
                     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
-                    NUM_Q_TOKENS, GROUP, HEAD_DIM, BLOCK_M, SPLITS_P2, MERGE_UNROLL)
+                    NUM_Q_TOKENS, GROUP, HEAD_DIM, MERGE_M, MERGE_UNROLL)
         tl.atomic_xchg(COUNTERS + kv_head, 0, sem="relaxed")
 
 
@@ -384,11 +393,16 @@ def _descriptor_scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def merge_unroll(block_m: int, head_dim: int, num_warps: int) -> int:
-    """Partials the merge keeps in flight: up to 4 while they fit in ~64 registers a thread beside the
+def merge_rows(num_q_tokens: int, group: int) -> int:
+    """The merge's row tile: the head's query rows (T × group) padded to a power of two."""
+    return triton.next_power_of_2(num_q_tokens * group)
+
+
+def merge_unroll(merge_m: int, head_dim: int, num_warps: int) -> int:
+    """Partials the merge keeps in flight: up to 8 while they fit in ~64 registers a thread beside the
     accumulator (a 64-row tile of 128 fp32 takes 64 on 4 warps: one at a time, else it spills)."""
-    tile_regs = block_m * head_dim // (32 * num_warps)
-    return max(1, min(4, 64 // max(tile_regs, 1)))
+    tile_regs = merge_m * head_dim // (32 * num_warps)
+    return max(1, min(8, 64 // max(tile_regs, 1)))
 
 
 @dataclass(frozen=True)
@@ -463,7 +477,7 @@ def decode_attention(
     if scale is None:
         scale = head_dim**-0.5
     dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    splits_p2 = max(16, triton.next_power_of_2(num_splits))  # a few compiled variants, any count up to it
+    merge_m = merge_rows(num_q_tokens, group)
 
     mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
@@ -486,8 +500,8 @@ def decode_attention(
             out.stride(0), out.stride(1),
             new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1), new.cos_sin.stride(0),
             NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
-            BLOCK_M=block_m, BLOCK_N=c.block_n, SPLITS_P2=splits_p2,
-            MERGE_UNROLL=merge_unroll(block_m, head_dim, c.num_warps),
+            BLOCK_M=block_m, BLOCK_N=c.block_n, MERGE_M=merge_m,
+            MERGE_UNROLL=merge_unroll(merge_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
             NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early_kv,
@@ -495,7 +509,7 @@ def decode_attention(
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
-    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, splits_p2, q.dtype, k_cache.dtype, causal, cfg,
+    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal, cfg,
            q.device, prefetch_rows, step_kv is not None, tma, early_kv)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out

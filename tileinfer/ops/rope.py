@@ -58,19 +58,28 @@ def _norm_rope_head(x_ptr, out_ptr, w_ptr, cos, sin, offs, mask, eps,
 
 
 @triton.jit
-def norm_rope_rows(x_ptrs, x_rot_ptrs, w_ptr, cs_ptrs, mask, eps, HEAD_DIM: tl.constexpr):
-    """`_norm_rope_head` for a tile of rows [R, HEAD_DIM] (a power of two) in fp32, from `x_ptrs` and
-    the same rows' rotated columns (`x_rot_ptrs`, column d + D/2 mod D): no register shuffle needed.
-    `cs_ptrs` point at each row's cos_sin entry for column d mod D/2 (cos there, sin D/2 further)."""
+def rope_factors(w_ptr, cs_ptrs, mask, HEAD_DIM: tl.constexpr):
+    """What `norm_rope_tile` takes besides the rows: the norm's weight [D] and its rotated columns (d + D/2
+    mod D), and each row's cos and sin [R, D] from `cs_ptrs` (each row's cos_sin entry for column d mod D/2,
+    sin D/2 further). None of it comes from the kernel before: a PDL kernel loads it before its wait."""
     half: tl.constexpr = HEAD_DIM // 2
     d = tl.arange(0, HEAD_DIM)
-    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-    x_rot = tl.load(x_rot_ptrs, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
     w = tl.load(w_ptr + d).to(tl.float32)
     w_rot = tl.load(w_ptr + (d + half) % HEAD_DIM).to(tl.float32)
     cos = tl.load(cs_ptrs, mask=mask, other=0.0)
     sin = tl.load(cs_ptrs + half, mask=mask, other=0.0)
+    return w, w_rot, cos, sin
+
+
+@triton.jit
+def norm_rope_tile(x, x_rot, w, w_rot, cos, sin, eps, HEAD_DIM: tl.constexpr):
+    """`_norm_rope_head` for a tile of rows x [R, HEAD_DIM] (a power of two) in fp32, given the same rows'
+    rotated columns `x_rot` (column d + D/2 mod D: no register shuffle needed) and `rope_factors`."""
+    half: tl.constexpr = HEAD_DIM // 2
+    d = tl.arange(0, HEAD_DIM)
+    x = x.to(tl.float32)
+    x_rot = x_rot.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
     y = x * rstd[:, None] * w[None, :]
     y_rot = x_rot * rstd[:, None] * w_rot[None, :]
     return y * cos + tl.where((d < half)[None, :], -y_rot, y_rot) * sin
