@@ -55,7 +55,7 @@ def test_padded_prefill_matches_unpadded(engines, n):
     plain, padded = engines
     assert plain.padded_size(n) is None
     assert padded.padded_size(n) == padded_tokens(n, 4096, padded.config.max_position_embeddings) > n
-    ids = prompt(n)
+    ids = torch.tensor(prompt(n))
     for engine in engines:
         engine._ensure_caches(n + 40)
     with torch.inference_mode():

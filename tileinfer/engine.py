@@ -8,6 +8,7 @@ cannot depend on it. With a temperature, verify samples instead (tileinfer.sampl
 from the target's filtered distribution, DFlash by speculative sampling of its argmax drafts.
 """
 
+import array
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,6 +28,23 @@ from tileinfer.ops.sample import sample_block
 from tileinfer.stats import Generation, GenerationStats
 
 DEFAULT_PREFILL_CHUNK = 4096
+
+
+def prompt_ids(prompt) -> torch.Tensor:
+    """A prompt's token ids as a 1-D int64 tensor on the CPU. A list is read in one pass in C (`array`'s
+    int64 conversion, which refuses anything that is not an integer): each pass of Python over a
+    1,000-token prompt cost a request ~0.05 ms, more or less from one prompt to the next, by where in
+    memory its int objects lie."""
+    if torch.is_tensor(prompt):
+        if prompt.dim() != 1 or prompt.is_floating_point() or prompt.is_complex():
+            raise RequestError(f"a prompt tensor must hold token ids: 1-D and integer, got shape "
+                               f"{tuple(prompt.shape)} of {prompt.dtype}")
+        return prompt.detach().to("cpu", torch.int64)
+    try:
+        ids = array.array("q", prompt)
+    except (TypeError, OverflowError) as e:
+        raise RequestError(f"prompt token ids must be integers: {e}") from None
+    return torch.frombuffer(ids, dtype=torch.int64) if ids else torch.empty(0, dtype=torch.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +98,7 @@ class Engine:
         self._pool = None
         self._launches = 0
         self._held = None
+        self._models = {}  # memory_model's, by what it is built from
         self._state()
 
     def _state(self):
@@ -249,15 +268,15 @@ class Engine:
                 raise RequestError("this checkpoint has no tokenizer.json: pass the prompt as a list of token ids")
             if not prompt:
                 raise RequestError("the prompt is empty")
-            ids = self.tokenizer.encode(prompt).ids
-        else:
-            ids = list(map(int, prompt.tolist() if torch.is_tensor(prompt) else prompt))
-        if not ids:
+            prompt = self.tokenizer.encode(prompt).ids
+        ids = prompt_ids(prompt)
+        if not len(ids):
             raise RequestError("the prompt is empty: give at least one token")
         vocab = self.config.vocab_size
-        if min(ids) < 0 or max(ids) >= vocab:
-            bad = [t for t in ids if not 0 <= t < vocab]
-            raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        lo, hi = (int(v) for v in torch.aminmax(ids))
+        if lo < 0 or hi >= vocab:
+            bad = ids[(ids < 0) | (ids >= vocab)][:5].tolist()
+            raise RequestError(f"prompt token ids {bad} are outside the vocabulary [0, {vocab})")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise RequestError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         limit = self.config.max_position_embeddings
@@ -283,6 +302,20 @@ class Engine:
         return memory.plan(self, prompt_len, max_new_tokens, budget_bytes, sample=sample, filtered=filtered,
                            candidates=candidates)
 
+    def memory_model(self, sample: bool = False, filtered: bool = False, candidates: int = 0) -> memory.MemoryModel:
+        """memory.MemoryModel.from_engine(self).sampling(sample, filtered, candidates), built again only when
+        what it is built from changes: every generate call checks its request against the budget, and
+        building it costs ~0.05 ms of host time that no GPU work explains."""
+        ops = self.ops
+        key = (id(self.target), id(self.drafter), self.weights, self.graph_prefill, self.exact, self.prefill_chunk,
+               self.backend, id(ops), ops.fuse_norms, ops.step_kv, ops.fused_argmax, sample, filtered, candidates)
+        model = self._models.get(key)
+        if model is None:
+            if len(self._models) >= 16:
+                self._models.clear()
+            model = self._models[key] = memory.MemoryModel.from_engine(self).sampling(sample, filtered, candidates)
+        return model
+
     def held_bytes(self) -> tuple[int, int]:
         """(weights, fixed buffers): the bytes this engine holds (memory.held_weight_bytes, held_buffer_bytes),
         walked again only when the models, their weights' kind or the padded prefill's buffers change. The
@@ -304,19 +337,19 @@ class Engine:
             self._drop_graphs()
 
     @torch.inference_mode()
-    def prefill(self, ids: list[int], draft: bool = True) -> torch.Tensor:
-        """Run the prompt through the target in chunks (and the drafter's context with it); the first token.
-        A prompt that `generate` prefills as a graph runs here the same padded prefill, eagerly."""
-        return self._prefill(ids, draft, graphs=False).argmax(dim=-1)
+    def prefill(self, ids, draft: bool = True) -> torch.Tensor:
+        """Run the prompt (token ids) through the target in chunks (and the drafter's context with it); the
+        first token. A prompt that `generate` prefills as a graph runs here the same padded prefill, eagerly."""
+        return self._prefill(prompt_ids(ids), draft, graphs=False).argmax(dim=-1)
 
-    def _prefill(self, ids: list[int], draft: bool, graphs: bool) -> torch.Tensor:
+    def _prefill(self, ids: torch.Tensor, draft: bool, graphs: bool) -> torch.Tensor:
         """prefill's work; the logits [1, vocab] at the last prompt position. A short prompt (`padded_size`)
         runs padded, as one graph replay with `graphs`."""
         size = self.padded_size(len(ids))
         if size is None:
             return self._prefill_chunks(ids, draft)
         self._ensure_caches(size)
-        self.padded_ids[:len(ids)].copy_(torch.tensor(ids, dtype=torch.int64))
+        self.padded_ids[:len(ids)].copy_(ids)
         self.padded_ids[len(ids):size].zero_()
         self.padded_last.fill_(len(ids) - 1)
         with tracing.annotate("prefill", tokens=len(ids), padded=size):
@@ -347,11 +380,11 @@ class Engine:
                                  residual.index_select(0, self.padded_last))
         self.padded_logits.copy_(target.logits(last))
 
-    def _prefill_chunks(self, ids: list[int], draft: bool) -> torch.Tensor:
+    def _prefill_chunks(self, ids: torch.Tensor, draft: bool) -> torch.Tensor:
         """The prompt in chunks of `prefill_chunk` tokens, eagerly; the logits [1, vocab] at its last position."""
         target, chunk = self.target, self.prefill_chunk
         drafter = self.drafter if draft else None
-        tokens = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        tokens = ids.to(self.device)
         n = len(ids)
         with tracing.annotate("prefill", tokens=n):
             for lo in range(0, n, chunk):
@@ -372,7 +405,7 @@ class Engine:
         """Logits at every prompt position [T, vocab], one prefill: for comparisons, not for serving."""
         ids, _, _, _ = self._check_request(prompt, 1, None, None, None)
         self._ensure_caches(len(ids) + 2 * self.block_max)
-        tokens = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        tokens = ids.to(self.device)
         positions = torch.arange(len(ids), dtype=torch.int64, device=self.device)
         h, residual = self.target.forward(tokens, positions, self.cache, AttentionContext(len(ids), None))
         return self.target.logits(self.target.final_norm(h, residual)).float()

@@ -262,7 +262,7 @@ def plan(engine, prompt_len: int, max_new_tokens: int, budget_bytes: int | None 
          candidates: int = 0) -> MemoryPlan:
     """The memory plan of a request of `prompt_len` tokens + `max_new_tokens` on `engine` (`sample`: one
     that samples, temperature > 0; `filtered`: with top-k / top-p; `candidates`: SamplingParams.candidates)."""
-    model = MemoryModel.from_engine(engine).sampling(sample, filtered, candidates)
+    model = engine.memory_model(sample, filtered, candidates)
     if prefill_chunk is not None:
         model = model.with_prefill_chunk(prefill_chunk)
     return model.plan(prompt_len, max_new_tokens, budget_bytes)

@@ -38,8 +38,9 @@ def fuse_norms_setting() -> bool:
 
 def step_kv_setting() -> bool:
     """TILEINFER_STEP_KV (1 or 0, default 0): a decode step's Q/K norms, RoPE and KV write inside the
-    attention's launch (`Ops.step_attention`). Off by default: one launch fewer per layer, but on the
-    H200 no faster in plain decoding and 3 % slower per DFlash step (bench/results/floor_step_kv_h200.csv)."""
+    attention's launch (`Ops.step_attention`). Off by default: one launch fewer per layer, and on the H200
+    Qwen3-4B's plain decode step at 1k 2 % faster (2.752 → 2.695 ms), but its DFlash steps 2-3 % slower
+    (3.92 → 4.00 ms; bench/results/floor_step_kv_h200.csv)."""
     return _switch("TILEINFER_STEP_KV", default="0")
 
 
