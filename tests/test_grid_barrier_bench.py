@@ -16,6 +16,7 @@ def test_persistent_chain_matches_the_products(device):
     got = chain.persistent(programs, block_n=16, block_k=16, stages=1, warps=1).float()
     want = chain.reference()
     assert torch.allclose(got[:want.numel()], want, rtol=2e-2, atol=2e-2), (got[:want.numel()] - want).abs().max()
+    assert gb.close(got, want) and not gb.close(got + 1, want)
     assert int(chain.flag) == 0 and int(chain.bar) == programs * len(SHAPES) * 2
 
 
