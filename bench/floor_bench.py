@@ -109,7 +109,7 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
     g = torch.Generator().manual_seed(0)
     for weights in args.weights:
         engine = tileinfer.load(target, draft=drafter, weights=weights)
-        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": "on" if engine.ops.step_kv else "off",
+        fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": engine.ops.step_kv_label,
                  "early_kv": decode_attention.early_kv_label(), "num_splits": num_splits}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
@@ -150,11 +150,12 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
 
 
 @contextmanager
-def switches_env(**on: bool):
-    """TILEINFER_<NAME> set to 1 or 0 for each switch, for the engines loaded inside."""
+def switches_env(**on):
+    """TILEINFER_<NAME> set for each switch (True 1, False 0, a string as it is), for the engines loaded inside."""
     names = {f"TILEINFER_{name.upper()}": value for name, value in on.items()}
     was = {name: os.environ.get(name) for name in names}
-    os.environ.update({name: "1" if value else "0" for name, value in names.items()})
+    os.environ.update({name: value if isinstance(value, str) else "1" if value else "0"
+                       for name, value in names.items()})
     try:
         yield
     finally:
@@ -182,7 +183,9 @@ def main(argv=None):
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
     parser.add_argument("--kv-prefetch", default="on",
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
-    parser.add_argument("--step-kv", default="off", help="off, on or off,on: Q/K norms, RoPE, KV write in the attention")
+    parser.add_argument("--step-kv", default="decode",
+                        help="off, on, decode (one-token steps, the default) or several, comma-separated: Q/K norms, "
+                             "RoPE, KV write in the attention")
     parser.add_argument("--early-kv", default="off", help="off, on or off,on: first K/V block read before PDL's wait")
     parser.add_argument("--num-splits", default="auto",
                         help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
@@ -204,7 +207,7 @@ def main(argv=None):
         parser.error(f"--num-splits takes auto or counts >= 1, got {', '.join(bad_splits)}")
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
-                               ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on")),
+                               ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on", "decode")),
                                ("--early-kv", args.early_kv, ("off", "on"))):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
@@ -235,12 +238,12 @@ def main(argv=None):
         for model in args.models:
             for fuse, blocks, kv, step_kv, early, splits in itertools.product(
                     args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.num_splits):
-                if fuse == "off" and step_kv == "on" and "off" in args.step_kv:
+                if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
                     continue  # unfused layers have no step_kv: measured once, as "off"
                 gemm_configs.set_prefetch_k(blocks)
                 decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                 decode_attention.set_early_kv(early == "on")
-                with switches_env(fuse_norms=fuse == "on", step_kv=step_kv == "on"):  # read by the engines loaded inside
+                with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
                     first = (fuse, blocks, kv, step_kv, early, splits) == (
                         args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0], args.step_kv[0], args.early_kv[0],
                         args.num_splits[0])

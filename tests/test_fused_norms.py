@@ -118,16 +118,39 @@ def test_fuse_norms_environment(monkeypatch):
 
 def test_step_kv_setting(monkeypatch):
     monkeypatch.delenv("TILEINFER_STEP_KV", raising=False)
-    assert not Ops("triton", fuse_norms=True).step_kv, "off by default (measured slower per DFlash step)"
-    assert Ops("triton", fuse_norms=True, step_kv=True).step_kv
-    assert not Ops("triton", fuse_norms=True, step_kv=False).step_kv
+    ops = Ops("triton", fuse_norms=True)
+    assert not ops.step_kv and ops.step_kv_decode and ops.step_kv_label == "decode", \
+        "one-token steps by default (measured slower per DFlash step)"
+    assert Ops("triton", fuse_norms=True, step_kv=True).step_kv_label == "on"
+    assert Ops("triton", fuse_norms=True, step_kv=False).step_kv_label == "off"
     assert Ops("triton", fuse_norms=False, step_kv=True).step_kv, "unfused layers take it too"
-    assert not Ops("torch", fuse_norms=True, step_kv=True).step_kv, "the reference backend keeps two ops"
-    monkeypatch.setenv("TILEINFER_STEP_KV", "1")
-    assert Ops("triton", fuse_norms=True).step_kv
+    assert Ops("torch", fuse_norms=True, step_kv=True).step_kv_label == "off", "the reference backend keeps two ops"
+    assert Ops("torch", fuse_norms=True).step_kv_label == "off"
+    for env, label in (("1", "on"), ("0", "off"), ("decode", "decode")):
+        monkeypatch.setenv("TILEINFER_STEP_KV", env)
+        assert Ops("triton", fuse_norms=True).step_kv_label == label
     monkeypatch.setenv("TILEINFER_STEP_KV", "on")
-    with pytest.raises(ConfigError, match="TILEINFER_STEP_KV must be 1 or 0"):
+    with pytest.raises(ConfigError, match="TILEINFER_STEP_KV must be 1, 0 or decode"):
         Ops("triton", fuse_norms=True)
+
+
+@pytest.mark.parametrize("mode,t,exact,fused", [
+    ("decode", 1, False, True), ("decode", 16, False, False), ("decode", 1, True, False),
+    ("on", 16, True, True), ("off", 1, False, False)])
+def test_step_kv_mode_picks_the_launch(monkeypatch, mode, t, exact, fused):
+    """`decode` takes the norms, RoPE and KV write into the attention's launch for one-token steps outside
+    exact mode only; `on` for every step, `off` for none."""
+    monkeypatch.setenv("TILEINFER_STEP_KV", {"on": "1", "off": "0"}.get(mode, mode))
+    ops = Ops("triton", fuse_norms=True, exact=exact)
+    calls = []
+    ops._decode = lambda *a, step_kv=None, **kw: calls.append("fused" if step_kv is not None else "attention")
+    ops.qk_norm_rope = lambda q, *a, **kw: (calls.append("norm_rope"), (q, None))[1]
+    q = torch.zeros(t, 4, 16)
+    k = torch.zeros(t, 2, 16)
+    ctx = AttentionContext(40, torch.tensor([40]), causal=True)
+    ops.step_attention(q, k, k, torch.ones(16), torch.ones(16), torch.zeros(64, 16), torch.arange(t), 1e-6,
+                       torch.zeros(64, 2, 16), torch.zeros(64, 2, 16), ctx)
+    assert calls == (["fused"] if fused else ["norm_rope", "attention"])
 
 
 def test_step_kv_decodes_as_two_launches_do(tmp_path, monkeypatch):

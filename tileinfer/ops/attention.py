@@ -40,15 +40,17 @@ def max_num_splits(device) -> int:
 
 
 def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX_NUM_SPLITS) -> int:
-    """Split count for ``decode_attention``: one token reads best with shares of 128 positions or more,
+    """Split count for ``decode_attention``: one token reads best with shares of 64 positions or more,
     a block of 16 (its 64-row partials to write and merge) with shares of 256 or more and, below 8k,
     at most 8 splits; never more than ``max_splits`` (16 × 8 KV heads = 128 programs, one wave on 132 SMs)."""
     # H200, Qwen3-4B heads, bf16, CUDA graph, µs by splits (bench/results/attention_splits_h200.csv):
     #   T=1:   1k 4 → 8.3, 8 → 7.9, 16 → 8.7;  4k 8 → 13.5, 16 → 12.3;  32k 16 → 40.0, 32 → 53.8
+    #   T=1 since the merge needs no first pass (attention_stages_h200.csv, 1k after the QKV GEMV): 8 → 7.06,
+    #   16 → 5.61; Qwen3-4B's plain step at 1k 2.752 → 2.728 ms with 16 (floor_step_kv_h200.csv)
     #   T=16:  1k 4 → 12.2, 8 → 13.6, 16 → 18.1;  2k 8 → 15.2, 16 → 19.4;  4k 8 → 18.7, 16 → 21.6;
     #          8k 8 → 25.5, 16 → 25.7;  32k 16 → 50.2, 32 → 64.1
     if num_q_tokens == 1:
-        return max(1, min(max_splits, kv_len // 128))
+        return max(1, min(max_splits, kv_len // 64))
     return max(1, min(max_splits, kv_len // 256, 8 if kv_len < 8192 else max_splits))
 
 

@@ -36,12 +36,19 @@ def fuse_norms_setting() -> bool:
     return _switch("TILEINFER_FUSE_NORMS")
 
 
-def step_kv_setting() -> bool:
-    """TILEINFER_STEP_KV (1 or 0, default 0): a decode step's Q/K norms, RoPE and KV write inside the
-    attention's launch (`Ops.step_attention`). Off by default: one launch fewer per layer, and on the H200
-    Qwen3-4B's plain decode step at 1k 2 % faster (2.752 → 2.695 ms), but its DFlash steps 2-3 % slower
-    (3.92 → 4.00 ms; bench/results/floor_step_kv_h200.csv)."""
-    return _switch("TILEINFER_STEP_KV", default="0")
+STEP_KV_MODES = {"0": "off", "1": "on", "decode": "decode"}
+
+
+def step_kv_setting() -> str:
+    """TILEINFER_STEP_KV: where a step's Q/K norms, RoPE and KV write run inside the attention's launch
+    (`Ops.step_attention`): 1 every decode and verify step, 0 none, `decode` (the default) one-token steps
+    outside exact mode. On the H200 it made Qwen3-4B's plain decode step at 1k 2 % faster (2.752 → 2.695
+    ms) and its DFlash steps 2-3 % slower (3.92 → 4.00 ms; bench/results/floor_step_kv_h200.csv); exact
+    mode keeps one path for a row at 1 and at 16 tokens."""
+    env = os.environ.get("TILEINFER_STEP_KV", "decode")
+    if env not in STEP_KV_MODES:
+        raise ConfigError(f"TILEINFER_STEP_KV must be 1, 0 or decode, got {env!r}")
+    return STEP_KV_MODES[env]
 
 
 def fused_layer(fuse_norms: bool, t: int) -> bool:
@@ -65,7 +72,8 @@ class Ops:
     add into the projection before it (`fused_layer`, `norm_linear`, `linear_add`); loading folds the norms'
     weights into the projections. None reads TILEINFER_FUSE_NORMS (1 or 0, default 1).
     `step_kv`: on the Triton backend, a decode step's Q/K norms, RoPE and KV-cache write run in the
-    attention's launch (`step_attention`); None reads TILEINFER_STEP_KV."""
+    attention's launch (`step_attention`): True every step's, False none, None as TILEINFER_STEP_KV says
+    (by default one-token steps outside exact mode: `step_kv_decode`)."""
 
     def __init__(self, backend: str, linear: str = "ours", exact: bool = False, fuse_norms: bool | None = None,
                  step_kv: bool | None = None):
@@ -77,7 +85,9 @@ class Ops:
         self.backend = backend
         self.exact = exact
         self.fuse_norms = fuse_norms_setting() if fuse_norms is None else fuse_norms
-        self.step_kv = backend == "triton" and (step_kv_setting() if step_kv is None else step_kv)
+        mode = step_kv_setting() if step_kv is None else "on" if step_kv else "off"
+        self.step_kv = backend == "triton" and mode == "on"
+        self.step_kv_decode = backend == "triton" and mode == "decode"
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add, self._linear_argmax = lin.norm_linear, lin.linear_add, lin.linear_argmax
         self.embedding = lin.embedding
@@ -103,6 +113,11 @@ class Ops:
             self._decode = decode_attention.decode_attention
             self._step_kv = decode_attention.StepKV
             self._prefill = prefill_attention.prefill_attention
+
+    @property
+    def step_kv_label(self) -> str:
+        """Where the norms, RoPE and KV write run in the attention's launch, for tables: on, decode or off."""
+        return "on" if self.step_kv else "decode" if self.step_kv_decode else "off"
 
     def fused_layer(self, t: int) -> bool:
         """Whether a step of t tokens runs `fused_decoder_layer` (`backend.fused_layer`)."""
@@ -162,8 +177,10 @@ class Ops:
                        ctx: AttentionContext):
         """Attention of the projected q, k, v [T, heads, D]: Qwen3's Q/K RMSNorm and RoPE, this call's K/V
         into the caches, then attention over them; with `step_kv`, a decode step does it all in the
-        attention's launch (`decode_attention`'s step_kv)."""
-        if self.step_kv and ctx.kv_len_t is not None:
+        attention's launch (`decode_attention`'s step_kv); with `step_kv_decode`, a one-token step outside
+        exact mode does."""
+        fused = self.step_kv or (self.step_kv_decode and q.shape[0] == 1 and not self.exact)
+        if fused and ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
                                 split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
                                 step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps))
