@@ -63,6 +63,9 @@ def test_host_work_rows_tell_the_call_from_its_prefill(tmp_path, capsys):
     df = pd.read_csv(next(tmp_path.glob("host_work_*.csv"))).set_index("what")
     call, window = df.loc["generate(ids, 1): the call", "ms"], df.loc["generate(ids, 1): the engine's prefill window", "ms"]
     assert 0 < window <= call and df.loc["generate(ids, 1): outside the window", "ms"] >= 0
+    after = "generate(ids, 1) after a 8-token reply"
+    assert 0 < df.loc[f"{after}: the engine's prefill window", "ms"] <= df.loc[f"{after}: the call", "ms"]
+    assert df.loc[f"{after}: outside the window", "ms"] >= 0
     assert {"memory plan (check_budget)", "request checks (_check_request)"} <= set(df.index)
     assert (df["max_ms"] >= df["ms"]).all() and (df["weights_kind"] == "embedded pair").all()
     assert "outside the window" in capsys.readouterr().out
