@@ -168,6 +168,14 @@ class Shape:
             "ours_int8": ([lambda q=q: self.ours(x, *q) for q in self.q], self.bytes_int8),
             "cublas_bf16": ([lambda w=w: F.linear(x, w) for w in self.w], self.bytes_bf16),
             "torch_int8_ref": ([lambda q=q: F.linear(x, q[0].to(x.dtype)) * q[1] for q in self.q], self.bytes_int8),
+        } | (self.argmax_variants(x) if self.name == "lm_head" else {})
+
+    def argmax_variants(self, x: torch.Tensor) -> dict:
+        """The LM head of a greedy step: ids with the argmax in our GEMM's epilogue, or after cuBLAS."""
+        return {
+            "ours_bf16_argmax": ([lambda w=w: skinny_gemm(x, w, argmax=True) for w in self.w], self.bytes_bf16),
+            "ours_int8_argmax": ([lambda q=q: skinny_gemm(x, *q, argmax=True) for q in self.q], self.bytes_int8),
+            "cublas_bf16_argmax": ([lambda w=w: F.linear(x, w).argmax(dim=-1) for w in self.w], self.bytes_bf16),
         }
 
     @property
@@ -404,6 +412,10 @@ def main() -> None:
     for sh, m in itertools.product(shapes.values(), (1, 4, 16)):
         x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
         for vname, (calls, _) in sh.variants(x).items():
+            if vname.endswith("_argmax"):
+                ours = sh.ours(x, *(sh.q[0] if "int8" in vname else (sh.w[0],)))
+                assert torch.equal(calls[0](), ours.argmax(dim=-1)) or vname.startswith("cublas"), f"{vname} M={m}"
+                continue
             err = rel_err(calls[0](), sh.reference(x, "int8" if "int8" in vname else "bf16", vname.startswith("ours")))
             worst[vname] = max(worst.get(vname, 0.0), err)
             assert err < 1e-2, f"{vname} {sh.name} M={m}: rel err {err:.2e}"
@@ -461,6 +473,13 @@ def main() -> None:
                 cells.append(f"{r['us']:7.1f}µs {r['tb_s']:4.2f}")
             speed = by[(name, m, "cublas_bf16")]["us"] / by[(name, m, "ours_int8")]["us"]
             log(f"{name:8s} {m:3d} | " + " | ".join(cells) + f" | {speed:4.2f}x")
+    if "lm_head" in dims:
+        log(f"\nLM head with its argmax (µs, TB/s; the plain GEMV above): {'M':>3s} | {'ours bf16':>15s} | "
+            f"{'ours int8':>15s} | {'cuBLAS + argmax':>15s}")
+        for m in M_BUCKETS:
+            cells = [f"{by[('lm_head', m, v)]['us']:7.1f}µs {by[('lm_head', m, v)]['tb_s']:4.2f}"
+                     for v in ("ours_bf16_argmax", "ours_int8_argmax", "cublas_bf16_argmax")]
+            log(f"{'':52s}{m:3d} | " + " | ".join(cells))
     for m in (64, 512):
         a, b = by[("gate_up", m, "ours_int8_tiled")], by[("gate_up", m, "cublas_bf16")]
         log(f"gate_up M={m}: W8A16 tiled {a['us']:.1f} µs vs cuBLAS bf16 {b['us']:.1f} µs")

@@ -71,3 +71,16 @@ def test_argmax_refuses_an_epilogue_it_cannot_share(device):
     x = torch.randn(2, 32).to(device, torch.bfloat16)
     with pytest.raises(AssertionError, match="argmax takes a plain projection"):
         skinny_gemm(x, w, swiglu=True, argmax=True)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_many_groups_of_tiles(device, m, monkeypatch):
+    """Tiles count in groups: a last group shorter than the others, and the slots left for the next launch."""
+    monkeypatch.setattr("tileinfer.ops.skinny_gemm.ARGMAX_GROUP", 4)
+    head = _head(device, 16 * 11 - 3, 64, torch.bfloat16, seed=11, ties=True)
+    x = torch.randn(m, 64, generator=torch.Generator().manual_seed(12)).to(device, torch.bfloat16)
+    tiles16 = GemmConfig(block_n=16, block_k=64, split_k=1, num_warps=4, num_stages=2)
+    for _ in range(2):
+        ids = skinny_gemm(x, head.weight, config=tiles16, argmax=True)
+        assert torch.equal(ids, skinny_gemm(x, head.weight, config=tiles16).argmax(dim=-1))
+    assert (argmax_slots(x.device, 16)[:16] == EMPTY).all()

@@ -47,6 +47,9 @@ from tileinfer.ops.pdl import launch_options, prefetch_l2
 MAX_M = 16
 SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
 SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
+ARGMAX_GROUP = 256  # tiles per argmax arrival counter
+KEY_CHUNK: tl.constexpr = tl.constexpr(64)  # tiles' argmax keys read per load
+COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)  # int32s between the argmax's counters: one 128-byte line each
 
 
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -242,13 +245,14 @@ def _rms_scale(ss, inv_k, eps):
 # kernel whatever the number of rows.
 @triton.jit(do_not_specialize=["M", "sums_in_tiles"])
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, sums_in_ptr, sums_out_ptr,
+    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
+    sums_out_ptr,
     M, N, K, k_per_split, half, inv_k, eps, sums_in_tiles,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr,
+    PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -265,8 +269,9 @@ def _skinny_gemm_kernel(
     y + x @ W.T, the product rounded to y's dtype first (as a separate add would see it); SUMS_OUT: each
     tile also writes Σ_n y[m, n]² over its columns to sums_out_ptr [tiles, SUM_ROWS].
     ARGMAX: y [M] int64 gets each row's argmax over n of the product rounded to x's dtype (the first
-    column of the largest value): each tile's keys meet in key_ptr's slots by atomic max, and the last
-    tile to arrive (counter number num_programs(0)) writes the ids and resets the slots.
+    column of the largest value): each tile stores its keys to tile_keys_ptr [tiles, BLOCK_M], the last
+    tile of each ARGMAX_GROUP folds the group's into key_ptr's slots by atomic max, and the last group to
+    arrive writes the ids and resets the slots (counters after the tiles' own, COUNTER_STRIDE apart).
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
@@ -327,7 +332,7 @@ def _skinny_gemm_kernel(
             acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
         if ARGMAX:
             _argmax_epilogue(acc.to(x_ptr.dtype.element_ty).to(tl.float32), offs_n, n_mask, offs_m, M, y_ptr,
-                             key_ptr, counters_ptr + tl.num_programs(0), BLOCK_M)
+                             key_ptr, tile_keys_ptr, counters_ptr + tl.num_programs(0), BLOCK_M, ARGMAX_GROUP)
         else:
             out = acc.to(y_ptr.dtype.element_ty)
             if RESIDUAL:
@@ -359,25 +364,56 @@ def _given_sums(sums_ptr, tiles, offs_m, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, counter_ptr, BLOCK_M: tl.constexpr):
-    """Fold this tile's rows into the argmax slots; the last tile writes the ids and resets the slots."""
+def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_keys_ptr, counter_ptr,
+                     BLOCK_M: tl.constexpr, GROUP: tl.constexpr):
+    """Each tile stores its rows' keys; the last tile of each GROUP to arrive folds the group's keys into the
+    argmax slots, and the last group writes the ids and resets the slots. Counting in groups keeps the
+    arrivals on one counter to GROUP (a vocabulary of 152k rows is ~38k tiles: their atomics on one
+    address cost more than the LM head's weights take to stream)."""
+    pid = tl.program_id(0)
+    tiles = tl.num_programs(0)
     if BLOCK_M == 1:
-        tl.atomic_max(key_ptr, tl.max(argmax_keys(vals, offs_n, n_mask), axis=0))
+        tl.store(tile_keys_ptr + pid, tl.max(argmax_keys(vals, offs_n, n_mask), axis=0))
     else:
         cols = tl.broadcast_to(offs_n[:, None], vals.shape)
         keys = argmax_keys(vals, cols, tl.broadcast_to(n_mask[:, None], vals.shape))
-        tl.atomic_max(key_ptr + offs_m, tl.max(keys, axis=0), mask=offs_m < M)
-    # Every thread's atomic comes before the counter's release; the tile that counts last acquires them.
+        tl.store(tile_keys_ptr + pid * BLOCK_M + offs_m, tl.max(keys, axis=0))
+    # Every thread's stores come before the counter's release; the tile that counts last acquires them.
     tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
-    if arrived == tl.num_programs(0) - 1:
+    group = pid // GROUP
+    first = group * GROUP
+    groups = tl.cdiv(tiles, GROUP)
+    group_counter = counter_ptr + group * COUNTER_STRIDE  # a line each: arrivals on different counters overlap
+    arrived = tl.atomic_add(group_counter, 1, sem="acq_rel")
+    if arrived == tl.minimum(GROUP, tiles - first) - 1:
+        t = tl.arange(0, KEY_CHUNK)
         if BLOCK_M == 1:
-            tl.store(ids_ptr, key_column(tl.atomic_xchg(key_ptr, -9223372036854775808)))
+            best = tl.full([KEY_CHUNK], -9223372036854775808, tl.int64)
+            for c in range(0, GROUP, KEY_CHUNK):
+                rows = first + c + t
+                best = tl.maximum(best, tl.load(tile_keys_ptr + rows, mask=(c + t < GROUP) & (rows < tiles),
+                                                other=-9223372036854775808, cache_modifier=".cg"))
+            tl.atomic_max(key_ptr, tl.max(best, axis=0), sem="relaxed")
         else:
-            rows = offs_m < M
-            best = tl.atomic_xchg(key_ptr + offs_m, tl.full(offs_m.shape, -9223372036854775808, tl.int64), mask=rows)
-            tl.store(ids_ptr + offs_m, key_column(best), mask=rows)
-        tl.atomic_xchg(counter_ptr, 0, sem="relaxed")
+            best = tl.full([KEY_CHUNK, BLOCK_M], -9223372036854775808, tl.int64)
+            for c in range(0, GROUP, KEY_CHUNK):
+                rows = first + c + t
+                ok = (c + t < GROUP) & (rows < tiles)
+                best = tl.maximum(best, tl.load(tile_keys_ptr + rows[:, None] * BLOCK_M + offs_m[None, :],
+                                                mask=ok[:, None], other=-9223372036854775808, cache_modifier=".cg"))
+            tl.atomic_max(key_ptr + offs_m, tl.max(best, axis=0), mask=offs_m < M, sem="relaxed")
+        tl.atomic_xchg(group_counter, 0, sem="relaxed")
+        tl.debug_barrier()
+        last_counter = counter_ptr + groups * COUNTER_STRIDE
+        if tl.atomic_add(last_counter, 1, sem="acq_rel") == groups - 1:
+            if BLOCK_M == 1:
+                tl.store(ids_ptr, key_column(tl.atomic_xchg(key_ptr, -9223372036854775808)))
+            else:
+                rows = offs_m < M
+                best = tl.atomic_xchg(key_ptr + offs_m, tl.full(offs_m.shape, -9223372036854775808, tl.int64),
+                                      mask=rows)
+                tl.store(ids_ptr + offs_m, key_column(best), mask=rows)
+            tl.atomic_xchg(last_counter, 0, sem="relaxed")
 
 
 def _pow2_at_least(v: int, lo: int = 16) -> int:
@@ -444,14 +480,17 @@ def skinny_gemm(
         split_k = triton.cdiv(k, k_per_split)  # never an empty split
         part = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
-        counters = arrival_counters(x.device, tiles + argmax) if split_k > 1 or argmax else part
+        groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
+        counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value)
+                    if split_k > 1 or argmax else part)
+        tile_keys = torch.empty(tiles, block_m, device=x.device, dtype=torch.int64) if argmax else part
         sums = (torch.empty(split_k, tiles, block_m, device=x.device, dtype=torch.float32)
                 if norm_mode in (1, 2) and split_k > 1 else part)
         if row_sums:
             sums_out = torch.empty(tiles, MAX_M, device=x.device, dtype=torch.float32)
         _skinny_gemm_kernel[(tiles, split_k)](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
-            argmax_slots(x.device, MAX_M) if argmax else y,
+            argmax_slots(x.device, MAX_M) if argmax else y, tile_keys,
             norm_sums if norm_sums is not None else part, sums_out if row_sums else part,
             m, n, k, k_per_split, half, 1.0 / k, eps, norm_sums.shape[0] if norm_sums is not None else 0,
             x.stride(0), w.stride(0), y.stride(0),
@@ -459,7 +498,7 @@ def skinny_gemm(
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
-            LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums,
+            LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
