@@ -390,16 +390,16 @@ def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_key
         if BLOCK_M == 1:
             best = tl.full([KEY_CHUNK], -9223372036854775808, tl.int64)
             for c in range(0, GROUP, KEY_CHUNK):
-                rows = first + c + t
-                best = tl.maximum(best, tl.load(tile_keys_ptr + rows, mask=(c + t < GROUP) & (rows < tiles),
+                tile_ids = first + c + t
+                best = tl.maximum(best, tl.load(tile_keys_ptr + tile_ids, mask=(c + t < GROUP) & (tile_ids < tiles),
                                                 other=-9223372036854775808, cache_modifier=".cg"))
             tl.atomic_max(key_ptr, tl.max(best, axis=0), sem="relaxed")
         else:
             best = tl.full([KEY_CHUNK, BLOCK_M], -9223372036854775808, tl.int64)
             for c in range(0, GROUP, KEY_CHUNK):
-                rows = first + c + t
-                ok = (c + t < GROUP) & (rows < tiles)
-                best = tl.maximum(best, tl.load(tile_keys_ptr + rows[:, None] * BLOCK_M + offs_m[None, :],
+                tile_ids = first + c + t
+                ok = (c + t < GROUP) & (tile_ids < tiles)
+                best = tl.maximum(best, tl.load(tile_keys_ptr + tile_ids[:, None] * BLOCK_M + offs_m[None, :],
                                                 mask=ok[:, None], other=-9223372036854775808, cache_modifier=".cg"))
             tl.atomic_max(key_ptr + offs_m, tl.max(best, axis=0), mask=offs_m < M, sem="relaxed")
         tl.atomic_xchg(group_counter, 0, sem="relaxed")
@@ -409,10 +409,10 @@ def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_key
             if BLOCK_M == 1:
                 tl.store(ids_ptr, key_column(tl.atomic_xchg(key_ptr, -9223372036854775808)))
             else:
-                rows = offs_m < M
-                best = tl.atomic_xchg(key_ptr + offs_m, tl.full(offs_m.shape, -9223372036854775808, tl.int64),
-                                      mask=rows)
-                tl.store(ids_ptr + offs_m, key_column(best), mask=rows)
+                live = offs_m < M
+                final = tl.atomic_xchg(key_ptr + offs_m, tl.full(offs_m.shape, -9223372036854775808, tl.int64),
+                                       mask=live)
+                tl.store(ids_ptr + offs_m, key_column(final), mask=live)
             tl.atomic_xchg(last_counter, 0, sem="relaxed")
 
 
