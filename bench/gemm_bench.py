@@ -233,8 +233,8 @@ class Shape:
         return silu_mul_ref(y) if fused and self.swiglu else y
 
 
-def candidates(path: str, kind: str, n: int, k: int, num_sms: int):
-    for bn, bk, warps, stages, *fast in GRID[(path, kind)]:
+def candidates(path: str, kind: str, n: int, k: int, num_sms: int, extra=()):
+    for bn, bk, warps, stages, *fast in [*GRID[(path, kind)], *extra]:
         tiles = -(-n // bn)
         for split in SPLITS:
             if split > 1 and (tiles >= 4 * num_sms or k // split < 2 * bk):
@@ -246,58 +246,83 @@ def candidates(path: str, kind: str, n: int, k: int, num_sms: int):
 PREFETCHES = (2, 4, 8)  # tried on each winner: weight K-blocks asked of L2 before PDL's wait
 
 
+# Larger tiles tried for an LM head with its argmax epilogue: each tile counts its arrival, so fewer tiles
+# can beat the plain GEMV's winner (4 x 1024 on a 152k vocabulary is 38k tiles).
+ARGMAX_GRID = {"gemv": [(32, 256, 4, 4), (64, 128, 4, 4), (64, 256, 8, 4), (32, 512, 8, 4), (128, 128, 8, 4)],
+               "dot": []}
+
+
 def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("bf16", "int8"),
          trials: list | None = None) -> dict:
     """Best config per shape x M bucket x weight kind, timed in graphs; returns the JSON table for this GPU.
+    An LM head is tuned twice: as a plain product and with its argmax epilogue (entries "<kind>_argmax").
     Every candidate's time is appended to `trials` (shape, m, kind, config, µs, TB/s)."""
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     table: dict = {}
     t0 = time.time()
     gen = torch.Generator(device=device).manual_seed(1)
     for (name, sh), m, kind in itertools.product(shapes.items(), ms, kinds):
-        if time.time() - t0 > budget_s:
-            log(f"tune: budget of {budget_s:.0f} s spent; {name} m{m} {kind} keeps the heuristic")
-            continue
-        x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
-        ref = sh.reference(x, kind, fused=True)
-        path = "gemv" if m == 1 else "dot"
-        nbytes = sh.bytes_bf16 if kind == "bf16" else sh.bytes_int8
-        copies = sh.w if kind == "bf16" else sh.q
-
-        def trial(cfg):
-            run = (lambda w, c=cfg: sh.ours(x, w, config=c)) if kind == "bf16" else \
-                  (lambda q, c=cfg: sh.ours(x, *q, config=c))
-            try:
-                err = rel_err(run(copies[0]), ref)
-            except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
-                log(f"tune: {name} m{m} {kind} {cfg} failed: {type(e).__name__}: {str(e)[:120]}")
-                return None
-            if not err < 1e-2:
-                log(f"tune: {name} m{m} {kind} {cfg} WRONG (rel err {err:.2e}); skipped")
-                return None
-            us = time_us([lambda c=c: run(c) for c in copies], trials=3)
-            if trials is not None:
-                trials.append(dict(shape=name, n=sh.n, k=sh.k, m=m, kind=kind, config=json.dumps(cfg.as_dict()),
-                                   us=round(us, 3), tb_s=round(nbytes / us / 1e6, 3)))
-            return us
-
-        best = None
-        for cfg in candidates(path, kind, sh.n, sh.k, num_sms):
-            us = trial(cfg)
-            if us is not None and (best is None or us < best[0]):
-                best = (us, cfg)
-        if best is None:
-            continue
-        for blocks in PREFETCHES if device == "cuda" else ():
-            cfg = dataclasses.replace(best[1], prefetch_k=blocks)
-            us = trial(cfg)
-            if us is not None and us < best[0]:
-                best = (us, cfg)
-        us, cfg = best
-        log(f"tune: {name:8s} m{m:<2d} {kind}: {us:7.2f} µs {nbytes / us / 1e6:5.2f} TB/s  {cfg}  "
-            f"[{time.time() - t0:.0f} s]")
-        table.setdefault(f"{sh.n}x{sh.k}", {}).setdefault(f"m{m}", {})[kind] = cfg.as_dict()
+        for argmax in (False, True) if name.endswith("lm_head") else (False,):
+            entry = f"{kind}_argmax" if argmax else kind
+            if time.time() - t0 > budget_s:
+                log(f"tune: budget of {budget_s:.0f} s spent; {name} m{m} {entry} keeps the heuristic")
+                continue
+            x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
+            best = _tune_one(sh, x, kind, argmax, num_sms, device, log, trials)
+            if best is None:
+                continue
+            us, cfg = best
+            nbytes = sh.bytes_bf16 if kind == "bf16" else sh.bytes_int8
+            log(f"tune: {name:8s} m{m:<2d} {entry}: {us:7.2f} µs {nbytes / us / 1e6:5.2f} TB/s  {cfg}  "
+                f"[{time.time() - t0:.0f} s]")
+            table.setdefault(f"{sh.n}x{sh.k}", {}).setdefault(f"m{m}", {})[entry] = cfg.as_dict()
     return table
+
+
+def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device: str, log, trials):
+    """(µs, config) of the fastest correct candidate for one shape, M, weight kind and epilogue."""
+    m = x.shape[0]
+    path = "gemv" if m == 1 else "dot"
+    nbytes = sh.bytes_bf16 if kind == "bf16" else sh.bytes_int8
+    copies = [(w,) for w in sh.w] if kind == "bf16" else sh.q
+    want = sh.ours(x, *copies[0]).argmax(dim=-1) if argmax else sh.reference(x, kind, fused=True)
+
+    def run(w, cfg):
+        return skinny_gemm(x, *w, config=cfg, argmax=True) if argmax else sh.ours(x, *w, config=cfg)
+
+    def wrong(y):
+        return not torch.equal(y, want) if argmax else not rel_err(y, want) < 1e-2
+    entry = f"{kind}_argmax" if argmax else kind
+
+    def trial(cfg):
+        try:
+            bad = wrong(run(copies[0], cfg))
+        except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
+            log(f"tune: {sh.name} m{m} {entry} {cfg} failed: {type(e).__name__}: {str(e)[:120]}")
+            return None
+        if bad:
+            log(f"tune: {sh.name} m{m} {entry} {cfg} WRONG; skipped")
+            return None
+        us = time_us([lambda w=w: run(w, cfg) for w in copies], trials=3)
+        if trials is not None:
+            trials.append(dict(shape=sh.name, n=sh.n, k=sh.k, m=m, kind=entry, config=json.dumps(cfg.as_dict()),
+                               us=round(us, 3), tb_s=round(nbytes / us / 1e6, 3)))
+        return us
+
+    best = None
+    extra = ARGMAX_GRID[path] if argmax else ()
+    for cfg in candidates(path, kind, sh.n, sh.k, num_sms, extra):
+        us = trial(cfg)
+        if us is not None and (best is None or us < best[0]):
+            best = (us, cfg)
+    if best is None:
+        return None
+    for blocks in PREFETCHES if device == "cuda" else ():
+        cfg = dataclasses.replace(best[1], prefetch_k=blocks)
+        us = trial(cfg)
+        if us is not None and us < best[0]:
+            best = (us, cfg)
+    return best
 
 
 def install_table(gpu: str, table: dict, out: Path | None) -> None:

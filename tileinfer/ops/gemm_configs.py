@@ -1,6 +1,7 @@
 """Launch configs for the skinny GEMMs: tuned winners of the GPU (the "skinny_gemm" section of its file in
 `configs/`, see `tuning.py`: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
-num_warps, num_stages, fast_i8}}}}), else a heuristic. `bench/gemm_bench.py --tune` writes the section
+num_warps, num_stages, fast_i8}}}}), else a heuristic. An LM head tuned with its argmax epilogue has its own
+entries, "bf16_argmax" | "int8_argmax" (each tile's epilogue counts its arrival, so it wants fewer tiles). `bench/gemm_bench.py --tune` writes the section
 (a small grid timed in CUDA graphs on the GPU in question).
 """
 
@@ -72,19 +73,22 @@ def heuristic_config(n: int, k: int, m: int, kind: str, num_sms: int = NUM_SMS_G
     return GemmConfig(block_n=block_n, block_k=block_k, split_k=split_k, num_warps=4, num_stages=4)
 
 
-def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = None) -> GemmConfig:
-    """The config for an [m, k] x [n, k]^T product with `kind` "bf16" (any float weight) or "int8" weights."""
+def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = None,
+               argmax: bool = False) -> GemmConfig:
+    """The config for an [m, k] x [n, k]^T product with `kind` "bf16" (any float weight) or "int8" weights;
+    `argmax`: with the argmax epilogue (its own tuned entry where there is one)."""
     if device is not None and device.type == "cuda":
         name, num_sms = _device_info(device.index if device.index is not None else torch.cuda.current_device())
     else:
         name, num_sms = "cpu", NUM_SMS_GUESS
-    cfg = _lookup(name, num_sms, n, k, m_bucket(m), kind)
+    cfg = _lookup(name, num_sms, n, k, m_bucket(m), kind, argmax)
     return replace(cfg, prefetch_k=_prefetch_k) if _prefetch_k and not cfg.prefetch_k else cfg
 
 
 @lru_cache(maxsize=4096)
-def _lookup(gpu: str, num_sms: int, n: int, k: int, bucket: int, kind: str) -> GemmConfig:
-    entry = gpu_configs(gpu).get("skinny_gemm", {}).get(f"{n}x{k}", {}).get(f"m{bucket}", {}).get(kind)
+def _lookup(gpu: str, num_sms: int, n: int, k: int, bucket: int, kind: str, argmax: bool = False) -> GemmConfig:
+    entries = gpu_configs(gpu).get("skinny_gemm", {}).get(f"{n}x{k}", {}).get(f"m{bucket}", {})
+    entry = (argmax and entries.get(f"{kind}_argmax")) or entries.get(kind)
     if entry:
         return GemmConfig(**entry)
     return heuristic_config(n, k, bucket, kind, num_sms)

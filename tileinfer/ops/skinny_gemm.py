@@ -384,8 +384,10 @@ def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_key
     first = group * GROUP
     groups = tl.cdiv(tiles, GROUP)
     group_counter = counter_ptr + group * COUNTER_STRIDE  # a line each: arrivals on different counters overlap
-    arrived = tl.atomic_add(group_counter, 1, sem="acq_rel")
+    # Arrivals only release (no acquire, no L1 invalidation, on every tile); the last one then acquires them.
+    arrived = tl.atomic_add(group_counter, 1, sem="release")
     if arrived == tl.minimum(GROUP, tiles - first) - 1:
+        tl.atomic_add(group_counter, 0, sem="acquire")
         t = tl.arange(0, KEY_CHUNK)
         if BLOCK_M == 1:
             best = tl.full([KEY_CHUNK], -9223372036854775808, tl.int64)
@@ -464,7 +466,8 @@ def skinny_gemm(
     if x.stride(1) != 1:
         x = x.contiguous()
     block_m = 16 if exact or m > 1 else 1
-    cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device)
+    cfg = config or get_config(n, k, MAX_M if exact else m, "int8" if scale is not None else "bf16", x.device,
+                               argmax)
     half = n // 2
     sums_out = None
     if argmax:
