@@ -20,12 +20,21 @@ def test_the_h200_file_holds_every_kernel_section():
     assert {tuple(sorted(v)) for v in h200["w8a16_gemm"].values()} == {("BLOCK_K", "BLOCK_M", "BLOCK_N",
                                                                          "num_stages", "num_warps")}
     # the Qwen3-4B linears are tuned at all three M buckets for both weight kinds; other sizes' entries
-    # hold the buckets tuned so far (the rest fall back to the heuristic)
+    # hold the buckets tuned so far (the rest fall back to the heuristic); LM heads also with their argmax
+    kinds = {"bf16", "int8", "bf16_argmax", "int8_argmax"}
     for shape, entry in h200["skinny_gemm"].items():
-        assert set(entry) <= {"m1", "m4", "m16"} and all(set(e) <= {"bf16", "int8"} for e in entry.values()), shape
+        assert set(entry) <= {"m1", "m4", "m16"} and all(set(e) <= kinds for e in entry.values()), shape
+        assert all(not set(e) - {"bf16", "int8"} or shape.startswith("151936x") for e in entry.values()), shape
     for _, n, k in QWEN3_4B.linears():
         entry = h200["skinny_gemm"][f"{n}x{k}"]
         assert set(entry) == {"m1", "m4", "m16"} and all(set(e) == {"bf16", "int8"} for e in entry.values())
+
+
+def test_an_argmax_entry_serves_only_the_argmax_epilogue():
+    plain = _lookup("NVIDIA H200", 132, 151936, 1024, 1, "bf16")
+    with_argmax = _lookup("NVIDIA H200", 132, 151936, 1024, 1, "bf16", True)
+    assert with_argmax != plain and with_argmax.block_n > plain.block_n
+    assert _lookup("NVIDIA H200", 132, 6144, 2560, 1, "bf16", True) == _lookup("NVIDIA H200", 132, 6144, 2560, 1, "bf16")
 
 
 def test_a_gpu_without_a_file_gets_the_defaults():
