@@ -48,6 +48,7 @@ MAX_M = 16
 SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
 SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
 ARGMAX_GROUP = 256  # tiles per argmax arrival counter
+I8_ASM: tl.constexpr = tl.constexpr(not INTERPRET)  # PTX for the int8 conversion (the interpreter has none)
 KEY_CHUNK: tl.constexpr = tl.constexpr(64)  # tiles' argmax keys read per load
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)  # int32s between the argmax's counters: one 128-byte line each
 
@@ -79,6 +80,49 @@ def _weight_to(w, dtype: tl.constexpr, FAST_I8: tl.constexpr):
 
 
 @triton.jit
+def _int8_words_to_f32(words):
+    """The four int8 weights of each int32 word (bytes 0..3: k = 4j..4j+3) as exact fp32, as `_int8_to_f32`.
+    On a GPU one XOR biases a word's four bytes and one PRMT per weight places a byte under the exponent:
+    the int8 tiles' own conversion took ~2 PRMT a weight for the sign extensions and the GEMV was bound
+    by the integer pipe, not by its bytes."""
+    if I8_ASM:
+        b0, b1, b2, b3 = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 u;
+            xor.b32 u, $4, 0x80808080;
+            prmt.b32 $0, u, 0x4B000000, 0x7650;
+            prmt.b32 $1, u, 0x4B000000, 0x7651;
+            prmt.b32 $2, u, 0x4B000000, 0x7652;
+            prmt.b32 $3, u, 0x4B000000, 0x7653;
+            }""",
+            constraints="=r,=r,=r,=r,r", args=[words], dtype=(tl.float32, tl.float32, tl.float32, tl.float32),
+            is_pure=True, pack=1)
+    else:
+        u = words ^ -2139062144  # 0x80808080
+        b0 = ((u & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+        b1 = (((u >> 8) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+        b2 = (((u >> 16) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+        b3 = (((u >> 24) & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True)
+    return b0 - 8388736.0, b1 - 8388736.0, b2 - 8388736.0, b3 - 8388736.0
+
+
+@triton.jit
+def _bf16_words(words):
+    """The four bf16 values of each int64 word (k = 4j..4j+3) as fp32: a bf16 is the top half of its fp32."""
+    lo = words.to(tl.int32)
+    hi = (words >> 32).to(tl.int32)
+    return ((lo << 16).to(tl.float32, bitcast=True), (lo & -65536).to(tl.float32, bitcast=True),
+            (hi << 16).to(tl.float32, bitcast=True), (hi & -65536).to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _words_fma(acc, words, x0, x1, x2, x3):
+    """acc [BLOCK_N, KW] + Σ_b W[:, 4j + b] * x[4j + b] for int8 weight words and the x of their four bytes."""
+    w0, w1, w2, w3 = _int8_words_to_f32(words)
+    return acc + w0 * x0[None, :] + w1 * x1[None, :] + w2 * x2[None, :] + w3 * x3[None, :]
+
+
+@triton.jit
 def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, LINES: tl.constexpr,
                  BLOCKS: tl.constexpr):
     """Ask L2 for the first BLOCKS K-blocks of this program's weight rows, one prefetch per 128-byte line
@@ -94,7 +138,7 @@ def _rows_acc(
     x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
-    NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr,
+    NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr, WORDS: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -103,7 +147,9 @@ def _rows_acc(
     same range (a scalar for the GEMV, [BLOCK_M] else): the RMSNorm's statistics, gathered in the K loop.
 
     The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
-    tile before the grid-dependency wait: weights never depend on the kernel before, x does."""
+    tile before the grid-dependency wait: weights never depend on the kernel before, x does. WORDS (int8
+    W, bf16 x and g): the GEMV reads W as int32 words of four weights and x, g as int64 words of four
+    values, and multiplies byte b of word j with x[4j + b] (`_words_fma`), BLOCK_K // 4 words a row."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -111,7 +157,10 @@ def _rows_acc(
         _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
         if TWO:
             _prefetch_l2(w_ptr, w_rows2, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
-    if BLOCK_M == 1:
+    if BLOCK_M == 1 and WORDS:
+        return _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
+                               BLOCK_N, BLOCK_K, TWO, PDL, NORM)
+    elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         sq = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -197,6 +246,53 @@ def _rows_acc(
 
 
 @triton.jit
+def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
+                    NORM: tl.constexpr):
+    """`_rows_acc`'s GEMV for int8 weights read as int32 words (WORDS): same results up to summation order."""
+    KW: tl.constexpr = BLOCK_K // 4
+    row_words = stride_wn // 4
+    w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * row_words
+    w_rows2 = w_rows + up_rows * row_words
+    x_words = x_ptr.to(tl.pointer_type(tl.int64))
+    g_words = g_ptr.to(tl.pointer_type(tl.int64))
+    w_mask = n_mask[:, None]
+    j_end = k_end // 4
+    acc = tl.zeros((BLOCK_N, KW), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, KW), dtype=tl.float32)
+    sq = tl.zeros((KW,), dtype=tl.float32)
+    offs_j = k_start // 4 + tl.arange(0, KW)
+    w_next = tl.load(w_rows + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
+    w2_next = w_next
+    if TWO:
+        w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
+    if PDL:
+        gdc_wait()
+    for j0 in range(k_start // 4, j_end, KW):
+        offs_j = j0 + tl.arange(0, KW)
+        w = w_next
+        w2 = w2_next
+        ahead = offs_j + KW
+        w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
+        if TWO:
+            w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
+        x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0))
+        if NORM:
+            sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
+            if NORM == 1:
+                g0, g1, g2, g3 = _bf16_words(tl.load(g_words + offs_j, mask=offs_j < j_end, other=0))
+                x0, x1, x2, x3 = x0 * g0, x1 * g1, x2 * g2, x3 * g3
+        if TWO:
+            acc2 = _words_fma(acc2, w2, x0, x1, x2, x3)
+        acc = _words_fma(acc, w, x0, x1, x2, x3)
+    out = tl.sum(acc, axis=1) * tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+    out2 = tl.sum(acc2, axis=1)
+    if TWO:
+        out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+    return out, out2, tl.sum(sq, axis=0)
+
+
+@triton.jit
 def _dot_acc(w, xt, acc, DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr):
     """acc + W_tile @ x_tile^T (swap-AB), in the precision the inputs call for."""
     if DOT_FP32:
@@ -253,6 +349,7 @@ def _skinny_gemm_kernel(
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
+    WORDS: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -284,7 +381,7 @@ def _skinny_gemm_kernel(
     LOOP_NORM: tl.constexpr = NORM if NORM < 3 else 0
     acc, up, ss = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
                             stride_wn, half, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8,
-                            SWIGLU, PDL, LOOP_NORM, PREFETCH, LINES)
+                            SWIGLU, PDL, LOOP_NORM, PREFETCH, LINES, WORDS)
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
@@ -422,6 +519,14 @@ def _pow2_at_least(v: int, lo: int = 16) -> int:
     return max(lo, 1 << (max(v, 1) - 1).bit_length())
 
 
+def reads_words(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None, norm: torch.Tensor | None) -> bool:
+    """Whether a GEMV (M = 1) of these operands reads int8 W in int32 words and bf16 x (and norm weight) in
+    int64 words of four (`_rows_acc_words`): rows a multiple of 4 bytes, x and g 8-byte aligned."""
+    return (scale is not None and x.dtype == torch.bfloat16 and x.shape[-1] % 4 == 0 and w.stride(0) % 4 == 0
+            and w.data_ptr() % 16 == 0 and x.data_ptr() % 8 == 0
+            and (norm is None or (norm.dtype == torch.bfloat16 and norm.data_ptr() % 8 == 0)))
+
+
 def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
@@ -476,6 +581,8 @@ def skinny_gemm(
         y = residual if residual is not None else torch.empty(m, half if swiglu else n, device=x.device,
                                                               dtype=x.dtype)
 
+    words = block_m == 1 and reads_words(x, w, scale, norm)
+
     def launch(c: GemmConfig):
         nonlocal sums_out
         block_k = min(c.block_k, _pow2_at_least(k))
@@ -502,10 +609,11 @@ def skinny_gemm(
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
+            WORDS=words and c.fast_i8,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
-           argmax, row_sums)
+           argmax, row_sums, words)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return (y, sums_out) if row_sums else y
