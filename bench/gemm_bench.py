@@ -439,7 +439,13 @@ def main() -> None:
         for vname, (calls, _) in sh.variants(x).items():
             if vname.endswith("_argmax"):
                 ours = sh.ours(x, *(sh.q[0] if "int8" in vname else (sh.w[0],)))
-                assert torch.equal(calls[0](), ours.argmax(dim=-1)) or vname.startswith("cublas"), f"{vname} M={m}"
+                ids = calls[0]().view(m)
+                if vname.startswith("cublas"):  # rounds its logits otherwise: its pick is a maximum of ours
+                    picked = ours.float().gather(-1, ids.view(m, 1)).squeeze(-1)
+                    gap = ours.float().amax(dim=-1) - picked
+                    assert torch.all(gap <= 1e-2 * ours.float().abs().amax()), f"{vname} M={m}: gap {gap.max():.2e}"
+                else:
+                    assert torch.equal(ids, ours.argmax(dim=-1).view(m)), f"{vname} M={m}"
                 continue
             err = rel_err(calls[0](), sh.reference(x, "int8" if "int8" in vname else "bf16", vname.startswith("ours")))
             worst[vname] = max(worst.get(vname, 0.0), err)

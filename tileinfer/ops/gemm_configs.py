@@ -1,8 +1,8 @@
 """Launch configs for the skinny GEMMs: tuned winners of the GPU (the "skinny_gemm" section of its file in
 `configs/`, see `tuning.py`: {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {block_n, block_k, split_k,
 num_warps, num_stages, fast_i8}}}}), else a heuristic. An LM head tuned with its argmax epilogue has its own
-entries, "bf16_argmax" | "int8_argmax" (each tile's epilogue counts its arrival, so it wants fewer tiles). `bench/gemm_bench.py --tune` writes the section
-(a small grid timed in CUDA graphs on the GPU in question).
+entries, "bf16_argmax" | "int8_argmax" (each tile's epilogue counts its arrival, so it wants fewer tiles).
+`bench/gemm_bench.py --tune` writes the section (a small grid timed in CUDA graphs on the GPU in question).
 """
 
 from __future__ import annotations
