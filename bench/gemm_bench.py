@@ -91,12 +91,16 @@ GRID = {
                       (64, 128, 8, 6), (64, 256, 4, 3), (128, 128, 4, 4), (128, 64, 4, 6)],
     ("dot", "int8"): [(32, 256, 4, 6), (32, 512, 4, 4), (64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                       (128, 256, 4, 4), (128, 128, 4, 6), (32, 512, 4, 4, False), (64, 256, 4, 4, False),
-                      (32, 512, 2, 4, False), (32, 256, 2, 6, False), (64, 256, 2, 4, False)],
+                      (32, 512, 2, 4, False), (32, 256, 2, 6, False), (64, 256, 2, 4, False),
+                      (32, 128, 2, 4, False), (32, 128, 2, 3, False), (32, 64, 2, 6, False), (16, 128, 1, 4, False)],
 }
-# The last three (2 warps) were added untimed: compiled for sm_90 (`tileinfer_profiling.compiled.gemm_variants`),
+# The 2-warp tiles 256-512 deep were added untimed: compiled for sm_90 (`tileinfer_profiling.compiled.gemm_variants`),
 # the INT8 winners of the first tune (32 x 512, 4 warps) get a 2 x 2 warp layout on a 32 x 16 tile and
 # convert every weight twice; with 2 warps each weight is converted once and the main loop's integer
-# pipe needs ~0.57 of the byte floor's time instead of ~0.97 (down_proj, M = 16).
+# pipe needs ~0.57 of the byte floor's time instead of ~0.97 (down_proj, M = 16). Those tiles hold 83-124 KB of
+# shared memory: 1-2 blocks of 2 warps per SM, half the SM's schedulers idle (gate_up 35 µs at M = 16 against
+# a 6.7 µs instruction floor). The last four (untimed) keep the instruction floor within 10 % with 17-38 KB:
+# 6-12 blocks per SM for qkv, o, down and gate_up (gemm_variants, sm_90).
 # Splits of 3 and 6 fill a wave where powers of two cannot: Qwen3-4B's o_proj has 40 tiles of 64 rows,
 # × 3 = 120 programs on 132 SMs (× 4 = 160 is 1.2 waves); it read 2.3 TB/s at M = 16 against 3.2 for qkv.
 SPLITS = (1, 2, 3, 4, 6, 8, 16)
