@@ -96,3 +96,20 @@ def test_acceptance_refuses_seeds_the_benchmark_lacks(seeds, tmp_path, capsys):
     with pytest.raises(SystemExit):
         acceptance.main(["--seeds", seeds, "--out", str(tmp_path / "a.csv")])
     assert "--seeds" in capsys.readouterr().err and not (tmp_path / "a.csv").exists()
+
+
+def test_prefill_profile_rows_per_weights_and_kernel(tmp_path, capsys):
+    import pandas as pd
+
+    from bench import prefill_profile
+
+    prefill_profile.main(["--out", str(tmp_path), "--model", "tiny", "--tokens", "40", "--repeats", "1",
+                          "--root", str(tmp_path / "ckpt")])
+    df = pd.read_csv(next(tmp_path.glob("prefill_profile_*.csv")))
+    assert set(df["weights"]) == {"bf16", "int8"} and (df["tokens"] == 40).all()
+    assert (df["gpu_ms"] > 0).all() and (df["prefill_ms"] > 0).all() and (df["weights_kind"] == "random").all()
+    for _, kind in df.groupby("weights"):
+        assert kind["kernel_ms"].iloc[0] == pytest.approx(kind["gpu_ms"].sum())
+    assert "tiny int8 40 tokens: prefill" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        prefill_profile.main(["--out", str(tmp_path), "--weights", "fp8"])

@@ -95,3 +95,11 @@ def test_plan_counts_the_padded_prefill(engines):
     padded = gpu.plan(45, 8).prefill_activation_bytes
     assert padded == gpu.plan(64, 8).prefill_activation_bytes > gpu.activations._chunk_bytes(45, 45, 0, 45)
     assert gpu.plan(65, 8).prefill_activation_bytes > padded  # 128 rows
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_prefill_on_a_fresh_engine(pair, padded):
+    """`prefill` as a request's first call (no cache yet) gives the first token `generate` gives."""
+    ids = prompt(45, seed=3)
+    want = engine_with(pair, padded).generate(ids, 1, stop_ids=[]).tokens[0]
+    assert int(engine_with(pair, padded).prefill(ids)) == want

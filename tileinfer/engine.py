@@ -384,6 +384,7 @@ class Engine:
         """The prompt in chunks of `prefill_chunk` tokens, eagerly; the logits [1, vocab] at its last position."""
         target, chunk = self.target, self.prefill_chunk
         drafter = self.drafter if draft else None
+        self._ensure_caches(len(ids))
         tokens = ids.to(self.device)
         n = len(ids)
         with tracing.annotate("prefill", tokens=n):

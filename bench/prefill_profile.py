@@ -1,0 +1,113 @@
+"""A long prompt's prefill, kernel by kernel, BF16 beside INT8: where INT8's extra prefill time goes.
+
+Qwen3-shaped random checkpoint (bench/engine_bench.py writes it), prefilled eagerly in chunks as `generate`
+does past the graph sizes. Per weights kind: the prefill's wall time (median of --repeats, after a warm-up)
+and one profiled prefill's kernels, each name with its calls and GPU time, grouped into the trace's kernel
+classes. Writes prefill_profile_<gpu>.csv (one row per weights × kernel name).
+
+    python bench/prefill_profile.py --out $OUT --model qwen3-4b --tokens 8192
+    python bench/prefill_profile.py --out pp --model tiny --tokens 300     # CPU smoke run
+"""
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tileinfer  # noqa: E402
+from bench.engine_bench import checkpoints  # noqa: E402
+from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
+from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer_profiling.run_info import command_line  # noqa: E402
+from tileinfer_profiling.trace import kernel_class  # noqa: E402
+
+PROVENANCE = ("gpu", "gpu_bandwidth_gbs", "torch", "triton", "git_rev", "command", "weights_kind")
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def prefill_ms(engine, ids, repeats):
+    """Median wall time of `repeats` prefills (drafter context included), after one warm-up."""
+    engine.prefill(ids)
+    times = []
+    for _ in range(repeats):
+        sync(engine.device)
+        tic = time.perf_counter()
+        engine.prefill(ids)
+        sync(engine.device)
+        times.append((time.perf_counter() - tic) * 1e3)
+    return statistics.median(times)
+
+
+def kernel_rows(engine, ids):
+    """One profiled prefill: each kernel name's calls and own GPU time (CPU ops' self time off a GPU)."""
+    on_gpu = engine.device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CUDA if on_gpu else torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities) as prof:
+        engine.prefill(ids)
+        sync(engine.device)
+    rows = []
+    for event in prof.key_averages():
+        us = event.self_device_time_total if on_gpu else event.self_cpu_time_total
+        if us > 0 and (not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA):
+            rows.append({"name": event.key, "kernel_class": kernel_class(event.key), "calls": event.count,
+                         "gpu_ms": us / 1e3})
+    return sorted(rows, key=lambda r: -r["gpu_ms"])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="qwen3-4b", help="random-weight preset")
+    parser.add_argument("--weights", default="bf16,int8")
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    args = parser.parse_args(argv)
+    weights = args.weights.split(",")
+    unknown = [w for w in weights if w not in ("bf16", "int8")]
+    if unknown:
+        parser.error(f"--weights: unknown {', '.join(unknown)} (known: bf16, int8)")
+    if args.tokens < 1 or args.repeats < 1:
+        parser.error("--tokens and --repeats take counts >= 1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = {**environment(measure_bandwidth=torch.cuda.is_available()), "command": command_line(),
+            "weights_kind": "random"}
+    target, drafter = checkpoints(args.model, Path(args.root))
+    rows = []
+    for kind in weights:
+        engine = tileinfer.load(target, draft=drafter, weights=kind)
+        if args.tokens > engine.config.max_position_embeddings:
+            parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
+        ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
+        wall = prefill_ms(engine, ids.tolist(), args.repeats)
+        kernels = kernel_rows(engine, ids.tolist())
+        key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
+               "prefill_ms": wall, "kernel_ms": sum(r["gpu_ms"] for r in kernels)}
+        rows.extend({**key, **r, **base} for r in kernels)
+        print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms, kernels {key['kernel_ms']:.1f} ms",
+              flush=True)
+        for cls in ("gemm", "attention", "norm_rope", "other"):
+            print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
+        for r in kernels[:12]:
+            print(f"  {r['gpu_ms']:8.2f} ms {r['calls']:5d}x  {r['name'][:110]}", flush=True)
+        del engine
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    path = write_rows(rows, out / f"prefill_profile_{gpu_tag(base['gpu'])}.csv", last=PROVENANCE)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
