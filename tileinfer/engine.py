@@ -181,19 +181,12 @@ class Engine:
             logits = target.logits(normed) if shape.sample else None
             posterior = None if shape.sample else target.greedy(normed)
         with tracing.annotate("accept"):
+            accepted = None
             if shape.sample:
                 accepted, posterior = self._sample(logits, self.block_ids[1:size], shape.filtered,
                                                    shape.candidates)
-            else:
-                matches = (self.block_ids[1:size] == posterior[: size - 1]).to(torch.int64)
-                accepted = matches.cumprod(0).sum().view(1)
-            if shape.forced:
-                accepted = torch.minimum(self.forced_accept, torch.full_like(accepted, size - 1))
-            self.result[:1].copy_(accepted)
-            self.result[1:size + 1].copy_(posterior)
-            self.ctx_start_t.copy_(self.start_t)
-            self.start_t.add_(accepted + 1)
-            self.block_ids[:1].copy_(posterior.gather(0, accepted))
+            self.ops.commit(self.block_ids, posterior, size, self.result, self.start_t, self.ctx_start_t,
+                            accepted, self.forced_accept if shape.forced else None)
 
     def _sample(self, logits, drafts, filtered: bool, candidates: int = 0):
         """Speculative sampling of a block (a single token without drafts): (accepted [1], tokens [size])."""

@@ -101,6 +101,8 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case(f"drafter attention{STEP_KV}", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
     out += [Case(f"sample_block{how}", f"{t}x{s.vocab}", t) for how in SAMPLING for t in (1, 16)]
+    out += [Case("embedding", f"{t}x{h}", t, kind) for t in (1, 16) for kind in ("bf16", "int8")]
+    out += [Case("commit", f"{t}", t) for t in (1, 16)]
     return out
 
 
@@ -334,7 +336,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     """Call the op as the engine does, on CPU tensors that are never read (nothing is launched)."""
     import torch
 
-    from tileinfer.ops import decode_attention, prefill_attention, rmsnorm, rope, skinny_gemm, swiglu, w8a16_gemm
+    from tileinfer.ops import (commit, decode_attention, embedding, prefill_attention, rmsnorm, rope, skinny_gemm,
+                               swiglu, w8a16_gemm)
     from tileinfer.ops.attention import default_num_splits
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
 
@@ -384,6 +387,18 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         return ""
     if case.op == "silu_mul":
         swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16))
+        return ""
+    if case.op == "embedding":
+        from tileinfer.ops.linear import Linear
+        rows = (Linear(qweight=torch.empty(shape.vocab, shape.hidden, dtype=torch.int8),
+                       scale=torch.empty(shape.vocab)) if case.kind == "int8"
+                else Linear(weight=torch.empty(shape.vocab, shape.hidden, dtype=bf16)))
+        embedding.embedding(torch.zeros(t, dtype=torch.int64), rows)
+        return ""
+    if case.op == "commit":
+        def ids(n):
+            return torch.zeros(n, dtype=torch.int64)
+        commit.commit(ids(16), ids(16), t, ids(17), ids(1), ids(1))
         return ""
     q = torch.empty(t, heads, hd, dtype=bf16)
     cache = torch.empty(CONTEXT + t, kv, hd, dtype=bf16)

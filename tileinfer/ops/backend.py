@@ -81,7 +81,7 @@ class Ops:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if linear not in LINEAR_IMPLS:
             raise ConfigError(f"linear must be one of {LINEAR_IMPLS}, got {linear!r}")
-        from tileinfer.ops import attention, linear as lin, rmsnorm, rope, swiglu
+        from tileinfer.ops import attention, commit, linear as lin, rmsnorm, rope, swiglu
         self.backend = backend
         self.exact = exact
         self.fuse_norms = fuse_norms_setting() if fuse_norms is None else fuse_norms
@@ -93,6 +93,7 @@ class Ops:
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":
+            self.commit = commit.commit_ref
             self.rms_norm = rmsnorm.rms_norm_ref
             self.qk_norm_rope = rope.qk_norm_rope_ref
             self.silu_mul = swiglu.silu_mul_ref
@@ -100,7 +101,9 @@ class Ops:
             self._linear_swiglu = None
             self._step_kv = None
         else:
-            from tileinfer.ops import decode_attention, prefill_attention
+            from tileinfer.ops import decode_attention, embedding, prefill_attention
+            self.commit = commit.commit
+            self.embedding = embedding.embedding
             self.rms_norm = rmsnorm.rms_norm
             self.qk_norm_rope = rope.qk_norm_rope
             self.silu_mul = swiglu.silu_mul
