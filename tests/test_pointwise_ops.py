@@ -88,6 +88,7 @@ def _positions(T, dtype):
 @pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
 @pytest.mark.parametrize("T, num_q_heads, num_kv_heads, D", [
     (1, 4, 2, 16), (3, 6, 1, 32), (17, 2, 2, 64), (3, 4, 2, 64), (17, 6, 1, 16), (1, 2, 2, 32),
+    (77, 4, 2, 128), (130, 3, 1, 32), (33, 2, 2, 24),
 ])
 def test_qk_norm_rope_matches_ref(T, num_q_heads, num_kv_heads, D, dtype, atol, rtol):
     q, k = _fused_qkv(T, num_q_heads, num_kv_heads, D, dtype)
@@ -170,8 +171,9 @@ def test_silu_mul_ref_matches_hf():
 
 @pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
 @pytest.mark.parametrize("with_q", [True, False])
-def test_qk_norm_rope_writes_the_caches(with_q, dtype, atol, rtol):
-    T, hq, hk, D, P = 5, 4, 2, 32, 23
+@pytest.mark.parametrize("T", [5, 45])  # a step's tokens, a prompt's (tiles of tokens, the last one partial)
+def test_qk_norm_rope_writes_the_caches(T, with_q, dtype, atol, rtol):
+    hq, hk, D, P = 4, 2, 32, 67
     qkv = torch.randn(T, (hq + 2 * hk) * D, device=DEVICE).to(dtype)
     q = qkv[:, : hq * D].view(T, hq, D) if with_q else None
     k = qkv[:, hq * D:(hq + hk) * D].view(T, hk, D)

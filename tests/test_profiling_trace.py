@@ -118,7 +118,9 @@ def test_kernel_class_names():
     assert kernel_class("cutlass::device_kernel<flash::FlashAttnFwdSm90>") == "attention"
     assert kernel_class("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "attention"
     assert kernel_class("_w8a16_gemm_kernel") == "gemm"
-    assert kernel_class("nvjet_tst_64x8_64x16_4x1_v_bz_TNT") == "other"
+    assert kernel_class("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_TNT") == "gemm"  # cuBLAS on Hopper
+    assert kernel_class("_widen_kernel") == kernel_class("_scale_columns_kernel") == "gemm"
+    assert kernel_class("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>") == "other"
     assert kernel_class("ampere_bf16_s16816gemm_bf16_128x64") == "gemm"
     assert kernel_class("gemv2T_kernel_val") == "gemm"
     assert kernel_class("_qk_norm_rope_kernel") == "norm_rope"

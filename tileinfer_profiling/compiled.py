@@ -91,6 +91,11 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     # INT8 linears of a prefill chunk from DEQUANT_MIN_M rows are cuBLAS on a widened weight: ours below it
     out += [Case(f"linear {name} prefill", f"{n}x{k}", min(chunk, DEQUANT_MIN_M // 2), "int8")
             for name, (n, k) in linears.items() if name not in ("lm_head", "drafter fc")]
+    # ... and from DEQUANT_MIN_M rows the weight widened, then the scale applied to cuBLAS's product
+    out += [Case("widen_int8", f"{n}x{k}", chunk, "int8") for name, (n, k) in linears.items()
+            if name in ("qkv", "gate_up")]
+    out += [Case("scale_columns", f"{chunk}x{n}", chunk, "int8") for name, (n, k) in linears.items()
+            if name in ("qkv", "gate_up")]
     out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("rms_norm + residual", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("qk_norm_rope + kv write", f"{t}x{heads}+{kv}x{hd}", t) for t in (1, 16, chunk)]
@@ -336,8 +341,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     """Call the op as the engine does, on CPU tensors that are never read (nothing is launched)."""
     import torch
 
-    from tileinfer.ops import (commit, decode_attention, embedding, prefill_attention, rmsnorm, rope, skinny_gemm,
-                               swiglu, w8a16_gemm)
+    from tileinfer.ops import (commit, decode_attention, dequant, embedding, prefill_attention, rmsnorm, rope,
+                               skinny_gemm, swiglu, w8a16_gemm)
     from tileinfer.ops.attention import default_num_splits
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
 
@@ -363,6 +368,14 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
                                 unit_norm=case.op.endswith("+ folded norm"), argmax=case.op.endswith("+ argmax"),
                                 row_sums=case.op.endswith("row sums"), norm_sums=sums)
         return json.dumps(cfg.as_dict())
+    if case.op == "widen_int8":
+        n, k = map(int, case.shape.split("x"))
+        dequant.widen_int8(torch.empty(n, k, dtype=torch.int8), bf16)
+        return ""
+    if case.op == "scale_columns":
+        m, n = map(int, case.shape.split("x"))
+        dequant.scale_columns_(torch.empty(m, n, dtype=bf16), torch.empty(n))
+        return ""
     if case.op.startswith("rms_norm"):
         h = shape.hidden
         x = torch.empty(t, h, dtype=bf16)

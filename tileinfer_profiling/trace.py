@@ -35,8 +35,9 @@ _LAYER_SCOPE = re.compile(r"^(?:(drafter)\.)?layer\.(\d+)\.(\w+)$")
 _CLASS_PATTERNS = (
     ("attention", re.compile(r"_decode_attention|_prefill_attention|_split_kv_attention|_merge_splits"
                              r"|flash|fmha|attention|attn|softmax", re.I)),
-    ("gemm", re.compile(r"_skinny_gemm|_splitk_reduce|_w8a16|gemm|gemv|cutlass|xmma|aten::(mm|addmm|bmm|matmul|linear|_int_mm)$"
-                        r"|matmul", re.I)),
+    # nvjet: cuBLAS's Hopper GEMMs; _widen/_scale_columns: an INT8 linear's passes around cuBLAS
+    ("gemm", re.compile(r"_skinny_gemm|_splitk_reduce|_w8a16|gemm|gemv|cutlass|xmma|nvjet|_widen_kernel"
+                        r"|_scale_columns|aten::(mm|addmm|bmm|matmul|linear|_int_mm)$|matmul", re.I)),
     ("norm_rope", re.compile(r"_rms_norm|_qk_norm_rope|rms_?norm|rope|rotary|layer_?norm", re.I)),
 )
 _LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")

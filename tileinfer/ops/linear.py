@@ -6,6 +6,7 @@
   M > 16,  float weight  -> F.linear (cuBLAS)
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py); from DEQUANT_MIN_M rows, the definition:
                             the int8 weight widened to x's dtype (exact), cuBLAS, the scale in place
+                            (on a GPU both passes our own launches, dequant.py)
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
 `linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
 MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from tileinfer.errors import CheckpointError
+from tileinfer.ops.dequant import scale_columns_, scale_columns_ref, widen_int8, widen_int8_ref
 from tileinfer.ops.rmsnorm import rms_norm
 from tileinfer.ops.skinny_gemm import MAX_M as SKINNY_MAX_M
 from tileinfer.ops.skinny_gemm import skinny_gemm
@@ -171,8 +173,10 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
         y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact)
     elif lin.is_quantized and m < DEQUANT_MIN_M:
         y = w8a16_gemm(x2, lin.qweight, lin.scale)
+    elif lin.is_quantized and x2.is_cuda:  # linear_ref's bits, the passes around cuBLAS at full bandwidth
+        y = scale_columns_(F.linear(x2, widen_int8(lin.qweight, x2.dtype)), lin.scale)
     elif lin.is_quantized:  # linear_ref's bits: the in-place product rounds as its fp32 temporary does
-        y = F.linear(x2, lin.qweight.to(x2.dtype)).mul_(lin.scale)
+        y = scale_columns_ref(F.linear(x2, widen_int8_ref(lin.qweight, x2.dtype)), lin.scale)
     else:
         y = F.linear(x2, lin.weight.to(x.dtype))
     return y.reshape(*lead, lin.out_features)

@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.pdl import launch_options
 
 
@@ -125,12 +126,55 @@ def _qk_norm_rope_kernel(
                         k_weight_ptr, cos, sin, offs, mask, eps, HEAD_DIM)
 
 
+@triton.jit
+def _qk_norm_rope_rows_kernel(
+    q_ptr, k_ptr, v_ptr, q_out_ptr, k_out_ptr, v_out_ptr, q_weight_ptr, k_weight_ptr, cos_sin_ptr, positions_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cs, stride_ot,
+    T, num_q_heads, num_kv_heads, eps,
+    HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr, TO_CACHE: tl.constexpr, PDL: tl.constexpr,
+):
+    """`_qk_norm_rope_kernel` for a prompt: BLOCK_T tokens of one head per program (a tile of
+    `norm_rope_tile`), the same head order. One head of one token per program left a prefill chunk's
+    ~200,000 one-warp programs waiting on their scheduling, not on memory."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+    head = tl.program_id(1)
+    valid = (t < T)[:, None]
+    d = tl.arange(0, HEAD_DIM)
+    half: tl.constexpr = HEAD_DIM // 2
+    pos = tl.load(positions_ptr + t, mask=t < T, other=0).to(tl.int64)
+    row = pos if TO_CACHE else t
+    if head >= num_q_heads + num_kv_heads:
+        head -= num_q_heads + num_kv_heads
+        x = tl.load(v_ptr + t[:, None] * stride_vt + head * stride_vh + d[None, :], mask=valid)
+        tl.store(v_out_ptr + row[:, None] * stride_ot + head * HEAD_DIM + d[None, :], x, mask=valid)
+        return
+    if head < num_q_heads:
+        src = q_ptr + t[:, None] * stride_qt + head * stride_qh
+        dst = q_out_ptr + (t[:, None] * num_q_heads + head) * HEAD_DIM
+        w_ptr = q_weight_ptr
+    else:
+        head -= num_q_heads
+        src = k_ptr + t[:, None] * stride_kt + head * stride_kh
+        dst = k_out_ptr + row[:, None] * stride_ot + head * HEAD_DIM
+        w_ptr = k_weight_ptr
+    w, w_rot, cos, sin = rope_factors(w_ptr, cos_sin_ptr + pos[:, None] * stride_cs + (d % half)[None, :], valid,
+                                      HEAD_DIM)
+    x = tl.load(src + d[None, :], mask=valid, other=0.0)
+    x_rot = tl.load(src + ((d + half) % HEAD_DIM)[None, :], mask=valid, other=0.0)
+    y = norm_rope_tile(x, x_rot, w, w_rot, cos, sin, eps, HEAD_DIM)
+    tl.store(dst + d[None, :], y.to(dst.dtype.element_ty), mask=valid)
+
+
 def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps, v=None, k_cache=None, v_cache=None):
     """Triton version of `qk_norm_rope_ref`, one launch for Q and K (and the V copy into its cache).
 
     q, k, v may be strided views into the fused qkv output (last dim contiguous); positions [T] int32/int64
     are read on the device, so a CUDA-graph replay can change them. Writing K/V straight into the caches
-    saves two copy kernels per layer (~0.2 ms of a Qwen3-4B DFlash step on the H200).
+    saves two copy kernels per layer (~0.2 ms of a Qwen3-4B DFlash step on the H200). A step's tokens
+    (up to MAX_STEP_TOKENS) take a program per head and token, a prompt's tiles of tokens.
     """
     T, num_kv_heads, D = k.shape
     assert D % 2 == 0 and k.stride(-1) == 1 and k_weight.shape == (D,)
@@ -152,9 +196,18 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps, v=None, k_ca
         num_q_heads = q.shape[1]
         assert q.shape == (T, num_q_heads, D) and q.stride(-1) == 1 and q_weight.shape == (D,)
         q_out = torch.empty((T, num_q_heads, D), dtype=q.dtype, device=q.device)
-    if T > 0:
+    heads = num_q_heads + num_kv_heads * (2 if to_cache else 1)
+    if T > MAX_STEP_TOKENS and D == triton.next_power_of_2(D) and D >= 16:
+        block_t = 32
+        _qk_norm_rope_rows_kernel[(triton.cdiv(T, block_t), heads)](
+            q, k, v, q_out, k_out, v_out, q_weight, k_weight, cos_sin, positions,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin.stride(0), stride_ot,
+            T, num_q_heads, num_kv_heads, eps,
+            HEAD_DIM=D, BLOCK_T=block_t, TO_CACHE=to_cache, num_warps=4,
+            **launch_options(q.device if has_q else k.device),
+        )
+    elif T > 0:
         block_half = triton.next_power_of_2(D // 2)
-        heads = num_q_heads + num_kv_heads * (2 if to_cache else 1)
         _qk_norm_rope_kernel[(T, heads)](
             q, k, v, q_out, k_out, v_out, q_weight, k_weight, cos_sin, positions,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin.stride(0), stride_ot,
