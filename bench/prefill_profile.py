@@ -36,16 +36,19 @@ def sync(device):
 
 
 def prefill_ms(engine, ids, repeats):
-    """Median wall time of `repeats` prefills (drafter context included), after one warm-up."""
+    """Median wall time of `repeats` prefills (drafter context included), after one warm-up, and the median
+    time the call takes to return: where the two agree, the host's launches (or a wait inside the call)
+    set the pace and the GPU idles between kernels."""
     engine.prefill(ids)
-    times = []
+    walls, hosts = [], []
     for _ in range(repeats):
         sync(engine.device)
         tic = time.perf_counter()
         engine.prefill(ids)
+        hosts.append((time.perf_counter() - tic) * 1e3)
         sync(engine.device)
-        times.append((time.perf_counter() - tic) * 1e3)
-    return statistics.median(times)
+        walls.append((time.perf_counter() - tic) * 1e3)
+    return statistics.median(walls), statistics.median(hosts)
 
 
 def kernel_rows(engine, ids):
@@ -90,13 +93,13 @@ def main(argv=None):
         if args.tokens > engine.config.max_position_embeddings:
             parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
         ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
-        wall = prefill_ms(engine, ids.tolist(), args.repeats)
+        wall, host = prefill_ms(engine, ids.tolist(), args.repeats)
         kernels = kernel_rows(engine, ids.tolist())
         key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
-               "prefill_ms": wall, "kernel_ms": sum(r["gpu_ms"] for r in kernels)}
+               "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels)}
         rows.extend({**key, **r, **base} for r in kernels)
-        print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms, kernels {key['kernel_ms']:.1f} ms",
-              flush=True)
+        print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms (the call returns after "
+              f"{host:.1f} ms), kernels {key['kernel_ms']:.1f} ms", flush=True)
         for cls in ("gemm", "attention", "norm_rope", "other"):
             print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
         for r in kernels[:12]:

@@ -108,6 +108,7 @@ def test_prefill_profile_rows_per_weights_and_kernel(tmp_path, capsys):
     df = pd.read_csv(next(tmp_path.glob("prefill_profile_*.csv")))
     assert set(df["weights"]) == {"bf16", "int8"} and (df["tokens"] == 40).all()
     assert (df["gpu_ms"] > 0).all() and (df["prefill_ms"] > 0).all() and (df["weights_kind"] == "random").all()
+    assert ((df["host_ms"] > 0) & (df["host_ms"] <= df["prefill_ms"])).all()
     for _, kind in df.groupby("weights"):
         assert kind["kernel_ms"].iloc[0] == pytest.approx(kind["gpu_ms"].sum())
     assert "tiny int8 40 tokens: prefill" in capsys.readouterr().out
