@@ -153,7 +153,8 @@ def prefill_attention(
     # Tiles from the GPU's "prefill_attention" section, else PrefillAttentionConfig's defaults, measured on
     # the H200 (head_dim 128, bf16, causal): 64×64 tiles, 4 warps, 3 stages gave 256 TFLOP/s at 1k and 459
     # at 8k (128×64 with 8 warps: 217 and 457; SDPA flash: 158 and 319). fp32 tiles of that size need
-    # 245,760 B of shared memory, more than the H200 has: they shrink to fit.
+    # 245,760 B of shared memory, more than the H200 has: they shrink to fit. The H200's section turns on
+    # the longest-first order and the lean softmax tile (bench/prefill_attention_bench.py times each switch).
     _check_inputs(q, k_cache, v_cache)
     num_q_tokens, num_q_heads, head_dim = q.shape
     kv_len = int(kv_len)
