@@ -148,16 +148,30 @@ PREFILL_CASES = [
 ]
 
 
+@pytest.mark.parametrize("fast_softmax", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kv_len,num_q_tokens,num_q_heads,num_kv_heads,head_dim,causal,block_m,block_n", PREFILL_CASES)
 def test_prefill_matches_reference(
-    kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, causal, block_m, block_n, dtype, device
+    kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, causal, block_m, block_n, dtype, fast_softmax, device
 ):
     q, k, v = make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, dtype, device)
-    out = prefill_attention(q, k, v, kv_len, causal=causal, block_m=block_m, block_n=block_n)
+    out = prefill_attention(q, k, v, kv_len, causal=causal, block_m=block_m, block_n=block_n,
+                            fast_softmax=fast_softmax)
     assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous()
     atol, rtol = TOLERANCES[dtype]
     assert_close(out, attention_ref(q, k, v, kv_len, causal), atol, rtol, "prefill")
+
+
+@pytest.mark.parametrize("kv_len,num_q_tokens,num_q_heads,num_kv_heads,head_dim,causal,block_m,block_n",
+                         [PREFILL_CASES[2], PREFILL_CASES[5]])
+def test_prefill_longest_first_changes_only_the_order(
+    kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, causal, block_m, block_n, device
+):
+    q, k, v = make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, torch.float32, device)
+    ours = prefill_attention(q, k, v, kv_len, causal=causal, block_m=block_m, block_n=block_n, longest_first=True)
+    assert torch.equal(ours, prefill_attention(q, k, v, kv_len, causal=causal, block_m=block_m, block_n=block_n,
+                                               longest_first=False))
+    assert_close(ours, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[torch.float32], "longest first")
 
 
 def test_bad_inputs(device):

@@ -114,3 +114,22 @@ def test_prefill_profile_rows_per_weights_and_kernel(tmp_path, capsys):
     assert "tiny int8 40 tokens: prefill" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         prefill_profile.main(["--out", str(tmp_path), "--weights", "fp8"])
+
+
+def test_prefill_attention_bench_checks_every_variant(tmp_path, capsys):
+    import pandas as pd
+
+    from bench import prefill_attention_bench
+
+    path = prefill_attention_bench.main(["--smoke", "--out", str(tmp_path)])
+    df = pd.read_csv(path)
+    ours = df[df["impl"] == "ours"]
+    assert len(ours) == 2 * 2 * 2 and (ours["ms"] > 0).all() and (ours["inputs"] == "random").all()
+    assert (ours["max_abs_diff"] < 1e-4).all()
+    # the default's tiles in the other order: the same bits
+    same_tiles = (ours["block_m"] == 16) & (ours["block_n"] == 16) & ~ours["fast_softmax"].astype(bool)
+    assert same_tiles.sum() == 2 and (ours.loc[same_tiles, "max_abs_diff"] == 0).all()
+    assert prefill_attention_bench.visible_keys(4, 4) == 10 and prefill_attention_bench.visible_keys(2, 5) == 9
+    assert "wrote" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="queries <= keys"):
+        prefill_attention_bench.main(["--chunks", "8/4", "--out", str(tmp_path)])

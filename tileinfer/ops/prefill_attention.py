@@ -22,6 +22,36 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _prefill_tile(q, k_ptrs, v_ptrs, n, q_pos, kv_len, m_i, l_i, acc, qk_scale,
+                  MASK: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """`_online_softmax_step` in fewer instructions per score, for a prompt's query blocks: the scale in
+    the exponent's FMA, hidden keys at a large finite negative score (every row of a causal prompt sees
+    its own key, whose weight then zeroes what they added), and the rescaled sums accumulated by the
+    second dot itself."""
+    if MASK:
+        k = tl.load(k_ptrs, mask=(n < kv_len)[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=(n < kv_len)[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    if MASK:
+        visible = (n < kv_len)[None, :]
+        if CAUSAL:
+            visible = visible & (n[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, -1.0e6)
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _prefill_attention_kernel(
     Q, K, V, OUT,
     num_q_tokens, kv_len, qk_scale,
@@ -31,12 +61,19 @@ def _prefill_attention_kernel(
     stride_out_t, stride_out_h,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, LONGEST_FIRST: tl.constexpr,
+    FAST_SOFTMAX: tl.constexpr,
 ):
     """out_t = Σ_n softmax_n(q_t · k_n · scale) v_n over n < kv_len, and n <= kv_len − T + t when causal;
-    one program per (BLOCK_M query tokens, query head)."""
-    start_m = tl.program_id(0)
-    head = tl.program_id(1)
+    one program per (BLOCK_M query tokens, query head). LONGEST_FIRST (grid (heads, query blocks)): the
+    last query blocks, which see the most keys under a causal mask, of every head first, so that the
+    grid's last wave holds the shortest programs."""
+    if LONGEST_FIRST:
+        head = tl.program_id(0)
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(0)
+        head = tl.program_id(1)
     kv_head = head // GROUP
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -66,16 +103,28 @@ def _prefill_attention_kernel(
     v_base = V + kv_head * stride_vh + offs_d[None, :]
     for n0 in tl.range(0, unmasked_end, BLOCK_N):
         n = n0 + offs_n
-        m_i, l_i, acc = _online_softmax_step(
-            q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
-            m_i, l_i, acc, qk_scale, False, CAUSAL, UPCAST, DOT_PRECISION,
-        )
+        if FAST_SOFTMAX:
+            m_i, l_i, acc = _prefill_tile(
+                q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
+                m_i, l_i, acc, qk_scale, False, CAUSAL, UPCAST, DOT_PRECISION,
+            )
+        else:
+            m_i, l_i, acc = _online_softmax_step(
+                q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
+                m_i, l_i, acc, qk_scale, False, CAUSAL, UPCAST, DOT_PRECISION,
+            )
     for n0 in tl.range(unmasked_end, end, BLOCK_N):
         n = n0 + offs_n
-        m_i, l_i, acc = _online_softmax_step(
-            q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
-            m_i, l_i, acc, qk_scale, True, CAUSAL, UPCAST, DOT_PRECISION,
-        )
+        if FAST_SOFTMAX:
+            m_i, l_i, acc = _prefill_tile(
+                q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
+                m_i, l_i, acc, qk_scale, True, CAUSAL, UPCAST, DOT_PRECISION,
+            )
+        else:
+            m_i, l_i, acc = _online_softmax_step(
+                q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, kv_len,
+                m_i, l_i, acc, qk_scale, True, CAUSAL, UPCAST, DOT_PRECISION,
+            )
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(
@@ -90,19 +139,22 @@ class PrefillAttentionConfig:
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 3
+    longest_first: bool = False
+    fast_softmax: bool = False
 
 
 def prefill_attention(
     q, k_cache, v_cache, kv_len: int, causal: bool = True, scale=None,
     *, block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-    num_stages: int | None = None,
+    num_stages: int | None = None, longest_first: bool | None = None, fast_softmax: bool | None = None,
 ) -> torch.Tensor:
     """Attention of the T queries in ``q`` (the last T of ``kv_len`` cache positions); ``kv_len`` is a
     host int, ``kv_len >= T``."""
     # Tiles from the GPU's "prefill_attention" section, else PrefillAttentionConfig's defaults, measured on
     # the H200 (head_dim 128, bf16, causal): 64×64 tiles, 4 warps, 3 stages gave 256 TFLOP/s at 1k and 459
     # at 8k (128×64 with 8 warps: 217 and 457; SDPA flash: 158 and 319). fp32 tiles of that size need
-    # 245,760 B of shared memory, more than the H200 has: they shrink to fit.
+    # 245,760 B of shared memory, more than the H200 has: they shrink to fit. The H200's section turns on
+    # the longest-first order and the lean softmax tile (bench/prefill_attention_bench.py times each switch).
     _check_inputs(q, k_cache, v_cache)
     num_q_tokens, num_q_heads, head_dim = q.shape
     kv_len = int(kv_len)
@@ -112,7 +164,8 @@ def prefill_attention(
     out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
 
     def launch(c: PrefillAttentionConfig):
-        _prefill_attention_kernel[(triton.cdiv(num_q_tokens, c.block_m), num_q_heads)](
+        blocks = triton.cdiv(num_q_tokens, c.block_m)
+        _prefill_attention_kernel[(num_q_heads, blocks) if c.longest_first else (blocks, num_q_heads)](
             q, k_cache, v_cache, out,
             num_q_tokens, kv_len, scale * LOG2E,
             q.stride(0), q.stride(1), q.stride(2),
@@ -122,10 +175,12 @@ def prefill_attention(
             GROUP=num_q_heads // k_cache.shape[1], HEAD_DIM=head_dim,
             BLOCK_M=c.block_m, BLOCK_N=c.block_n,
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-            num_warps=c.num_warps, num_stages=c.num_stages,
+            LONGEST_FIRST=c.longest_first, FAST_SOFTMAX=c.fast_softmax, num_warps=c.num_warps,
+            num_stages=c.num_stages,
         )
 
-    given = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    given = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                 longest_first=longest_first, fast_softmax=fast_softmax)
     cfg = PrefillAttentionConfig(**(section(q.device, "prefill_attention")
                                     | {k: v for k, v in given.items() if v is not None}))
     key = ("prefill_attention", num_q_heads // k_cache.shape[1], head_dim, q.dtype, k_cache.dtype, causal, cfg, q.device)
