@@ -150,7 +150,7 @@ def cmd_train(args):
     hist_t = tg.train_target(target, data, args.target_seconds, args.batch_size, args.lr,
                              max_steps=args.target_steps, device=device, log=log) if args.target_seconds > 0 else []
     results["target_train_seconds"] = round(time.perf_counter() - t0, 1)
-    target.to(torch.bfloat16)  # the drafter learns from, and is measured on, the weights we ship
+    target.to(device=device, dtype=torch.bfloat16)  # the drafter learns from, and is measured on, the weights we ship
     results["target_eval"] = tg.evaluate_target(target, data, device)
     log(f"target eval {results['target_eval']}")
     results["target_params"] = tg.save_target(target, t_cfg, tok_dir, pair / "target")
