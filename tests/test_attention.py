@@ -198,3 +198,13 @@ def test_default_num_splits():
         for num_q_tokens in (1, 16):
             assert 1 <= default_num_splits(kv_len, num_q_tokens) <= 64
     assert default_num_splits(32768, 16) >= default_num_splits(1024, 16)
+
+
+def test_short_chunks_take_the_sections_short_tiles():
+    from tileinfer.ops.prefill_attention import tuned_tiles
+
+    tuned = {"block_m": 128, "num_warps": 8, "short": {"max_queries": 2048, "block_m": 64, "num_warps": 4}}
+    assert tuned_tiles(tuned, 2048) == {"block_m": 64, "num_warps": 4}
+    assert tuned_tiles(tuned, 2049) == {"block_m": 128, "num_warps": 8}
+    assert tuned_tiles({"block_m": 64}, 16) == {"block_m": 64}
+    assert tuned == {"block_m": 128, "num_warps": 8, "short": {"max_queries": 2048, "block_m": 64, "num_warps": 4}}

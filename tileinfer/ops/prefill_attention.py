@@ -143,6 +143,17 @@ class PrefillAttentionConfig:
     fast_softmax: bool = False
 
 
+def tuned_tiles(tuned: dict, num_q_tokens: int) -> dict:
+    """A GPU section's tiles for a chunk of `num_q_tokens` queries: its "short" entry's values replace the
+    others' for chunks of at most its "max_queries" (few query blocks per head: a taller tile fills the GPU
+    with fewer, longer programs)."""
+    tiles = {k: v for k, v in tuned.items() if k != "short"}
+    short = dict(tuned.get("short", {}))
+    if short and num_q_tokens <= short.pop("max_queries"):
+        tiles |= short
+    return tiles
+
+
 def prefill_attention(
     q, k_cache, v_cache, kv_len: int, causal: bool = True, scale=None,
     *, block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
@@ -154,7 +165,9 @@ def prefill_attention(
     # the H200 (head_dim 128, bf16, causal): 64×64 tiles, 4 warps, 3 stages gave 256 TFLOP/s at 1k and 459
     # at 8k (128×64 with 8 warps: 217 and 457; SDPA flash: 158 and 319). fp32 tiles of that size need
     # 245,760 B of shared memory, more than the H200 has: they shrink to fit. The H200's section turns on
-    # the longest-first order and the lean softmax tile (bench/prefill_attention_bench.py times each switch).
+    # the longest-first order and the lean softmax tile, 128×128 tiles on 8 warps for long chunks and 64×64
+    # on 4 for chunks of at most 2,048 queries (bench/prefill_attention_bench.py, three runs: 4,096 queries
+    # over 8,192 keys 0.852-0.861 ms against 0.906-0.916; at 1k 0.025 against 0.030).
     _check_inputs(q, k_cache, v_cache)
     num_q_tokens, num_q_heads, head_dim = q.shape
     kv_len = int(kv_len)
@@ -181,7 +194,7 @@ def prefill_attention(
 
     given = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                  longest_first=longest_first, fast_softmax=fast_softmax)
-    cfg = PrefillAttentionConfig(**(section(q.device, "prefill_attention")
+    cfg = PrefillAttentionConfig(**(tuned_tiles(section(q.device, "prefill_attention"), num_q_tokens)
                                     | {k: v for k, v in given.items() if v is not None}))
     key = ("prefill_attention", num_q_heads // k_cache.shape[1], head_dim, q.dtype, k_cache.dtype, causal, cfg, q.device)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16), ("block_m", 16))), launch)
