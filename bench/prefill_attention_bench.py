@@ -6,7 +6,7 @@
 Qwen3-4B's heads (32 query, 8 KV, head_dim 128), bf16, causal, random inputs. The engine prefills a long
 prompt in chunks of 4,096 tokens: an 8k prompt's chunks are 4,096 queries over 4,096 keys, then 4,096 over
 8,192 (the first half its prefix). Each variant (tiles, warps, stages, longest-first order, the lean softmax
-tile) is checked against the default's output and timed in a CUDA graph (`tileinfer_profiling.timing.bench_us`;
+tile, tiles moved by TMA descriptors) is checked against the default's output and timed in a CUDA graph (`tileinfer_profiling.timing.bench_us`;
 compute-bound: no rotation past L2); TFLOP/s count the visible half of the scores: 4 · heads · head_dim · Σ keys seen.
 """
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from bench.ref.metric import gpu_tag, write_rows  # noqa: E402
 from tileinfer.ops import INTERPRET  # noqa: E402
-from tileinfer.ops.prefill_attention import prefill_attention  # noqa: E402
+from tileinfer.ops.prefill_attention import prefill_attention, tma_loads_fit  # noqa: E402
 from tileinfer.shapes import QWEN3_4B  # noqa: E402
 from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
 from tileinfer_profiling.timing import bench_us  # noqa: E402
@@ -87,34 +87,39 @@ def main(argv=None) -> Path:
     rows = []
     for num_q, kv_len in chunks:
         gen = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(n, h, head_dim, generator=gen).to(device, dtype)
-                   for n, h in ((num_q, heads), (kv_len, kv_heads), (kv_len, kv_heads)))
+        qkv, k, v = (torch.randn(n, h, head_dim, generator=gen).to(device, dtype)
+                     for n, h in ((num_q, heads + 2 * kv_heads), (kv_len, kv_heads), (kv_len, kv_heads)))
+        q = qkv[:, :heads]  # the engine's q: a view into the QKV projection's output
         flop = 4 * heads * head_dim * visible_keys(num_q, kv_len)
         key = {"num_q_tokens": num_q, "kv_len": kv_len, "num_q_heads": heads, "num_kv_heads": kv_heads,
                "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch.")}
         reference = prefill_attention(q, k, v, kv_len, True, block_m=tiles[0][0], block_n=tiles[0][1],
                                       num_warps=tiles[0][2], num_stages=tiles[0][3], longest_first=False,
-                                      fast_softmax=False)
-        for (bm, bn, warps, stages), longest_first, fast in itertools.product(tiles, (False, True), (False, True)):
+                                      fast_softmax=False, tma=False)
+        variants = [(*t, lf, fast, False) for t, lf, fast in itertools.product(tiles, (False, True), (False, True))]
+        variants += [(*t, True, True, True) for t in tiles]
+        for bm, bn, warps, stages, longest_first, fast, tma in variants:
             def run():
                 return prefill_attention(q, k, v, kv_len, True, block_m=bm, block_n=bn, num_warps=warps,
-                                         num_stages=stages, longest_first=longest_first, fast_softmax=fast)
+                                         num_stages=stages, longest_first=longest_first, fast_softmax=fast, tma=tma)
             err = (run().float() - reference.float()).abs().max().item()
             us, timer = bench_us(run, q.device, rep_ms=rep_ms)
             rows.append({**key, "impl": "ours", "block_m": bm, "block_n": bn, "num_warps": warps,
-                         "num_stages": stages, "longest_first": longest_first, "fast_softmax": fast, "ms": us / 1e3,
+                         "num_stages": stages, "longest_first": longest_first, "fast_softmax": fast,
+                         "tma": tma and tma_loads_fit(q, k, v),
+                         "ms": us / 1e3,
                          "tflops": flop / us / 1e6, "max_abs_diff": err, "timer": timer, **base})
         if num_q == kv_len and device == "cuda":
             rows.extend({**key, **r, **base} for r in _sdpa_rows(q, k, v, flop, rep_ms))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = write_rows(rows, out / f"prefill_attention_{gpu_tag(base['gpu'])}.csv", last=PROVENANCE)
-    print(f"\n{'queries':>7} {'keys':>6} {'impl':22} {'lf':>5} {'fast':>5} {'ms':>8} {'TFLOP/s':>8} {'diff':>9}")
+    print(f"\n{'queries':>7} {'keys':>6} {'impl':22} {'lf':>5} {'fast':>5} {'tma':>5} {'ms':>8} {'TFLOP/s':>8} {'diff':>9}")
     for r in rows:
         tile = (f"{r['block_m']}x{r['block_n']} w{r['num_warps']} s{r['num_stages']}" if r["impl"] == "ours"
                 else r["impl"])
         print(f"{r['num_q_tokens']:7d} {r['kv_len']:6d} {tile:22} {str(r.get('longest_first', '-')):>5} "
-              f"{str(r.get('fast_softmax', '-')):>5} {r.get('ms', float('nan')):8.3f} "
+              f"{str(r.get('fast_softmax', '-')):>5} {str(r.get('tma', '-')):>5} {r.get('ms', float('nan')):8.3f} "
               f"{r.get('tflops', float('nan')):8.1f} {r.get('max_abs_diff', float('nan')):9.2e}")
     print(f"wrote {path}")
     return path

@@ -6,7 +6,7 @@ from tests.conftest import assert_close
 from tileinfer.errors import ConfigError
 from tileinfer.ops.attention import attention_ref, default_num_splits
 from tileinfer.ops.decode_attention import decode_attention
-from tileinfer.ops.prefill_attention import prefill_attention
+from tileinfer.ops.prefill_attention import prefill_attention, tma_loads_fit
 
 # The interpreter truncates fp32 → bf16, so bf16 results get bf16 tolerances.
 TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
@@ -172,6 +172,31 @@ def test_prefill_longest_first_changes_only_the_order(
     assert torch.equal(ours, prefill_attention(q, k, v, kv_len, causal=causal, block_m=block_m, block_n=block_n,
                                                longest_first=False))
     assert_close(ours, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[torch.float32], "longest first")
+
+
+@pytest.mark.parametrize("fast_softmax", [False, True])
+@pytest.mark.parametrize("kv_len,num_q_tokens,num_q_heads,num_kv_heads,head_dim,causal,block_m,block_n",
+                         [PREFILL_CASES[1], PREFILL_CASES[2], PREFILL_CASES[3], PREFILL_CASES[5]])
+def test_prefill_tma_matches_pointer_loads(
+    kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, causal, block_m, block_n, fast_softmax, device
+):
+    """Tiles moved by TMA descriptors, q a view into a fused QKV buffer as the engine passes it, the cache
+    NaN past kv_len: the pointer path's output, bit for bit, and the reference's."""
+    q, k, v = make_inputs(kv_len, num_q_tokens, num_q_heads, num_kv_heads, head_dim, torch.bfloat16, device)
+    qkv = torch.cat([q, k[-num_q_tokens:, :].nan_to_num(), v[-num_q_tokens:, :].nan_to_num()], dim=1)[:, :num_q_heads]
+    assert not qkv.is_contiguous() and tma_loads_fit(qkv, k, v)
+    args = dict(causal=causal, block_m=block_m, block_n=block_n, fast_softmax=fast_softmax)
+    ours = prefill_attention(qkv, k, v, kv_len, tma=True, **args)
+    assert torch.equal(ours, prefill_attention(qkv, k, v, kv_len, tma=False, **args))
+    assert_close(ours, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[torch.bfloat16], "tma")
+
+
+def test_prefill_tma_falls_back_where_tiles_cannot_move_by_tma(device):
+    q, k, v = make_inputs(50, 19, 4, 2, 16, torch.float32, device)
+    assert not tma_loads_fit(q, k, v)
+    assert not tma_loads_fit(q.to(torch.bfloat16), k.to(torch.bfloat16)[:, :, :8], v.to(torch.bfloat16)[:, :, :8])
+    assert torch.equal(prefill_attention(q, k, v, 50, tma=True, block_m=16, block_n=16),
+                       prefill_attention(q, k, v, 50, tma=False, block_m=16, block_n=16))
 
 
 def test_bad_inputs(device):
