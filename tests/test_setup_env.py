@@ -54,3 +54,32 @@ def test_setup_script_uses_the_pth_and_pins_torch():
     assert "tools/base_venv.py" in text and "venv --system-site-packages" not in text
     assert 'for name in ("torch", "triton")' in text and '-c "$constraints"' in text
     subprocess.run(["bash", "-n", str(ROOT / "tools" / "setup_env.sh")], check=True)
+
+
+def test_offline_wheels_download_the_extras_for_the_image_and_drop_what_it_has(tmp_path):
+    """tools/offline_wheels.sh with a stand-in pip: the report and dev extras' requirements (not the image's
+    transformers) for the image's Python, nvtx at a version whose domain has push_range, the DFlash reference
+    without its pins; the wheels of packages the image holds are removed."""
+    log = tmp_path / "pip.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!/usr/bin/env bash
+if [ "$1" = -m ] && [ "$2" = pip ]; then
+  echo "$@" >> {log}
+  while [ $# -gt 0 ]; do [ "$1" = -d ] && dest=$2; shift; done
+  touch "$dest/plotly-7.1.0-py3-none-any.whl" "$dest/PyYAML-6.0-cp312-cp312-manylinux2014_x86_64.whl" \\
+        "$dest/pytest_xdist-3.8.0-py3-none-any.whl" "$dest/nvtx-0.2.14-cp312-cp312-manylinux2014_x86_64.whl"
+  exit 0
+fi
+exec {sys.executable} "$@"
+""")
+    fake.chmod(0o755)
+    out = tmp_path / "wheels"
+    subprocess.run(["bash", str(ROOT / "tools" / "offline_wheels.sh"), str(out)], check=True, capture_output=True,
+                   env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake)})
+    main, dflash = log.read_text().splitlines()
+    assert "--python-version 3.12" in main and "--only-binary=:all:" in main
+    for req in ("ipywidgets>=8", "plotly>=5", "papermill>=2.6", "pytest>=8", "pytest-xdist", "nvtx==0.2.14"):
+        assert req in main.split(), req
+    assert "transformers" not in main and "tileinfer" not in main
+    assert "--no-deps" in dflash and "dflash==0.1.0" in dflash
+    assert sorted(p.name.split("-")[0] for p in out.iterdir()) == ["nvtx", "plotly"]
