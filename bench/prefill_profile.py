@@ -3,7 +3,8 @@
 Qwen3-shaped random checkpoint (bench/engine_bench.py writes it), prefilled eagerly in chunks as `generate`
 does past the graph sizes. Per weights kind: the prefill's wall time (median of --repeats, after a warm-up)
 and one profiled prefill's kernels, each name with its calls and GPU time, grouped into the trace's kernel
-classes. Writes prefill_profile_<gpu>.csv (one row per weights × kernel name).
+classes; each repeat's wall time and the SM clock after them (a clock that drops under load stretches the
+wall), and the profiled prefill's timeline: its wall, its kernels' span and the idle time inside that span. Writes prefill_profile_<gpu>.csv (one row per weights × kernel name).
 
     python bench/prefill_profile.py --out $OUT --model qwen3-4b --tokens 8192
     python bench/prefill_profile.py --out pp --model tiny --tokens 300     # CPU smoke run
@@ -36,9 +37,9 @@ def sync(device):
 
 
 def prefill_ms(engine, ids, repeats):
-    """Median wall time of `repeats` prefills (drafter context included), after one warm-up, and the median
-    time the call takes to return: where the two agree, the host's launches (or a wait inside the call)
-    set the pace and the GPU idles between kernels."""
+    """Median wall time of `repeats` prefills (drafter context included), after one warm-up, the median
+    time the call takes to return (where the two agree, the host's launches or a wait inside the call set
+    the pace and the GPU idles between kernels), and every repeat's wall time in order."""
     engine.prefill(ids)
     walls, hosts = [], []
     for _ in range(repeats):
@@ -48,23 +49,55 @@ def prefill_ms(engine, ids, repeats):
         hosts.append((time.perf_counter() - tic) * 1e3)
         sync(engine.device)
         walls.append((time.perf_counter() - tic) * 1e3)
-    return statistics.median(walls), statistics.median(hosts)
+    return statistics.median(walls), statistics.median(hosts), walls
+
+
+def busy_and_span(intervals):
+    """(time covered by the union of [start, end) intervals, first start to last end), in their unit."""
+    busy, reach, first, last = 0.0, None, None, None
+    for start, end in sorted(intervals):
+        first = start if first is None else first
+        last = end if last is None else max(last, end)
+        if reach is None or start >= reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    return busy, (0.0 if first is None else last - first)
 
 
 def kernel_rows(engine, ids):
-    """One profiled prefill: each kernel name's calls and own GPU time (CPU ops' self time off a GPU)."""
+    """One profiled prefill: each kernel name's calls and own GPU time (CPU ops' self time off a GPU), and
+    the profiled call's timeline: its wall time, the span from its first kernel's start to its last one's
+    end, and how much of that span no kernel ran (NaN off a GPU)."""
     on_gpu = engine.device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CUDA if on_gpu else torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities) as prof:
+        tic = time.perf_counter()
         engine.prefill(ids)
         sync(engine.device)
+        wall = (time.perf_counter() - tic) * 1e3
     rows = []
     for event in prof.key_averages():
         us = event.self_device_time_total if on_gpu else event.self_cpu_time_total
         if us > 0 and (not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA):
             rows.append({"name": event.key, "kernel_class": kernel_class(event.key), "calls": event.count,
                          "gpu_ms": us / 1e3})
-    return sorted(rows, key=lambda r: -r["gpu_ms"])
+    timeline = {"profiled_wall_ms": wall, "kernel_span_ms": float("nan"), "idle_in_span_ms": float("nan")}
+    if on_gpu:
+        busy, span = busy_and_span((e.time_range.start, e.time_range.end) for e in prof.events()
+                                   if e.device_type == torch.autograd.DeviceType.CUDA)
+        timeline |= {"kernel_span_ms": span / 1e3, "idle_in_span_ms": (span - busy) / 1e3}
+    return sorted(rows, key=lambda r: -r["gpu_ms"]), timeline
+
+
+def sm_clock_mhz(device):
+    """The GPU's current SM clock (MHz) where NVML answers, else None."""
+    try:
+        return torch.cuda.clock_rate(device)
+    except Exception:  # noqa: BLE001 - no NVML binding, or no GPU
+        return None
 
 
 def main(argv=None):
@@ -93,13 +126,17 @@ def main(argv=None):
         if args.tokens > engine.config.max_position_embeddings:
             parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
         ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
-        wall, host = prefill_ms(engine, ids.tolist(), args.repeats)
-        kernels = kernel_rows(engine, ids.tolist())
+        wall, host, walls = prefill_ms(engine, ids.tolist(), args.repeats)
+        clock = sm_clock_mhz(engine.device) if engine.device.type == "cuda" else None
+        kernels, timeline = kernel_rows(engine, ids.tolist())
         key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
-               "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels)}
+               "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
+               "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
         rows.extend({**key, **r, **base} for r in kernels)
         print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms (the call returns after "
-              f"{host:.1f} ms), kernels {key['kernel_ms']:.1f} ms", flush=True)
+              f"{host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
+              f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
+              f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)
         for cls in ("gemm", "attention", "norm_rope", "other"):
             print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
         for r in kernels[:12]:

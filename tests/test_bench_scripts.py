@@ -112,8 +112,20 @@ def test_prefill_profile_rows_per_weights_and_kernel(tmp_path, capsys):
     for _, kind in df.groupby("weights"):
         assert kind["kernel_ms"].iloc[0] == pytest.approx(kind["gpu_ms"].sum())
     assert "tiny int8 40 tokens: prefill" in capsys.readouterr().out
+    # one repeat's wall, the profiled call's own wall; no kernel timeline off a GPU
+    assert (df["prefill_walls_ms"].astype(float) == df["prefill_ms"].round(2)).all()
+    assert (df["profiled_wall_ms"] > 0).all() and df["kernel_span_ms"].isna().all()
     with pytest.raises(SystemExit):
         prefill_profile.main(["--out", str(tmp_path), "--weights", "fp8"])
+
+
+def test_kernel_timeline_busy_time_and_span():
+    from bench.prefill_profile import busy_and_span
+
+    assert busy_and_span([]) == (0.0, 0.0)
+    # overlapping, nested, touching and separate intervals, out of order: busy 0-5 and 6-8, span 0-8
+    assert busy_and_span([(6, 8), (0, 3), (1, 2), (2, 5), (5, 5)]) == (7, 8)
+    assert busy_and_span([(10.0, 12.5), (12.5, 13.0)]) == (3.0, 3.0)
 
 
 def test_prefill_attention_bench_checks_every_variant(tmp_path, capsys):
