@@ -115,6 +115,12 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     assert (attention["l2_prefetches"] == 2).all()
     asks = gemm["config"].map(lambda c: json.loads(c).get("prefetch_k", 0) > 0 if c else False)
     assert asks.any() and ((gemm["l2_prefetches"] > 0) == asks).all(), gemm[["op", "m", "config", "l2_prefetches"]]
+    # the prefill attention with the H200's tuned tiles, which move by TMA: no load through registers
+    prefill = table[table["op"] == "prefill attention"]
+    assert json.loads(prefill["config"].iloc[0])["tma"] and (prefill["num_warps"] == 8).all()
+    prefill_ops = opcodes[opcodes["op"] == "prefill attention"]
+    assert not prefill_ops[prefill_ops["opcode"].str.startswith("LDG")]["count"].sum()
+    assert prefill_ops[prefill_ops["opcode"].str.startswith("UTMALDG")]["count"].sum() > 0
 
 
 @pytest.mark.slow

@@ -315,6 +315,7 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
         return kernel
 
     JITFunction.run = run
+    _tma_on_the_target()
     cuobjdump = knobs.nvidia.cuobjdump.path
     for case in chosen or cases(preset):
         if ops and not any(case.op.startswith(o) for o in ops):
@@ -335,6 +336,24 @@ def _worker(preset: str, arch: int, gpu: str, num_sms: int, ops: list[str] | Non
                        **_floors(name, grid, kernel_args, loop, md.num_warps, case, clock_ghz, num_sms, read_gbs),
                        target=f"sm_{arch}", gpu=gpu, preset=preset)
             print(json.dumps(row), flush=True)
+
+
+def _tma_on_the_target() -> None:
+    """The sandbox's tensors live on the CPU, so the prefill attention would take its pointer loads; the
+    target is an sm_90 GPU, where it moves its tiles by TMA wherever their layout allows. Ask the kernel's
+    own check about the layout alone (its device test is skipped under the interpreter flag)."""
+    from tileinfer.ops import prefill_attention as pa
+
+    layout_and_device = pa.tma_loads_fit
+
+    def layout_fits(q, k_cache, v_cache):
+        interpret, pa.INTERPRET = pa.INTERPRET, True
+        try:
+            return layout_and_device(q, k_cache, v_cache)
+        finally:
+            pa.INTERPRET = interpret
+
+    pa.tma_loads_fit = layout_fits
 
 
 def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
@@ -416,8 +435,10 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     q = torch.empty(t, heads, hd, dtype=bf16)
     cache = torch.empty(CONTEXT + t, kv, hd, dtype=bf16)
     if case.op == "prefill attention":
-        prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True)
-        return ""
+        from tileinfer.ops.tuning import gpu_configs
+        tiles = prefill_attention.tuned_tiles(gpu_configs(gpu).get("prefill_attention", {}), t)
+        prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True, **tiles)
+        return json.dumps(tiles, sort_keys=True)
     kv_len = torch.tensor([CONTEXT + t], dtype=torch.int32)
     step_kv = None
     if case.op.endswith(STEP_KV):  # the step's raw q/k/v, views of one qkv projection output
