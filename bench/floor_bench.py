@@ -18,7 +18,10 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
 (TILEINFER_STEP_KV, fused layers only); `--early-kv off,on` without and with the target's attention
 loading each split's first K/V block before that wait (`decode_attention.set_early_kv`); `--num-splits
-auto,16,24` with the engine's split count for the decode attention and with each count given.
+auto,16,24` with the engine's split count for the decode attention and with each count given;
+`--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
+column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
+`--override '{"skinny_gemm": {"2560x4096": {"m1": {"bf16": {"prefetch_k": 64}}}}}'`.
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
 `verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
@@ -44,12 +47,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
+from bench import tuned_override  # noqa: E402
 from bench.engine_bench import POINTS, checkpoints, replayed, timed  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
-from tileinfer.ops import decode_attention, gemm_configs, pdl  # noqa: E402
+from tileinfer.ops import decode_attention, gemm_configs, pdl, tuning  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -193,6 +197,8 @@ def main(argv=None):
                         help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
                              "(floor_launches_<gpu>.csv)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    parser.add_argument("--override", default="none",
+                        help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
     args = parser.parse_args(argv)
     try:
         args.prefetch_k = [int(v) for v in args.prefetch_k.split(",")]
@@ -212,6 +218,11 @@ def main(argv=None):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    try:
+        patch = tuned_override.parse(args.override)
+        tuned_override.check(patch, tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu")
+    except ValueError as e:
+        parser.error(f"--override: {e}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(measure_bandwidth=args.bandwidth_gbs is None and torch.cuda.is_available())
@@ -220,7 +231,7 @@ def main(argv=None):
     bandwidth = env["gpu_bandwidth_gbs"] * 1e9
     if math.isnan(bandwidth):
         parser.error("no read bandwidth: measure it on a GPU or give --bandwidth-gbs")
-    base = {**env, "command": command_line(), "weights_kind": "random"}
+    base = {**env, "command": command_line(), "weights_kind": "random", "override": tuned_override.label(patch)}
     rows, site_table = [], []
 
     def record(row):
@@ -233,29 +244,30 @@ def main(argv=None):
 
     tic = time.perf_counter()
     early_before = decode_attention.early_kv_label() == "on"
-    for setting in args.pdl:
-        pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
-        for model in args.models:
-            for fuse, blocks, kv, step_kv, early, splits in itertools.product(
-                    args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.num_splits):
-                if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
-                    continue  # unfused layers have no step_kv: measured once, as "off"
-                gemm_configs.set_prefetch_k(blocks)
-                decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
-                decode_attention.set_early_kv(early == "on")
-                with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
-                    first = (fuse, blocks, kv, step_kv, early, splits) == (
-                        args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0], args.step_kv[0], args.early_kv[0],
-                        args.num_splits[0])
-                    measure_model(model, args, bandwidth, record, cublas=first,
-                                  record_sites=record_sites if args.launches else None, num_splits=splits)
-                # written after each model, so a run cut short keeps what it measured
-                path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                if site_table:
-                    write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
-                      f"step K/V {step_kv}, early K/V {early}, splits {splits}: done at "
-                      f"{time.perf_counter() - tic:.0f} s", flush=True)
+    with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
+        for setting in args.pdl:
+            pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
+            for model in args.models:
+                for fuse, blocks, kv, step_kv, early, splits in itertools.product(
+                        args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.num_splits):
+                    if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
+                        continue  # unfused layers have no step_kv: measured once, as "off"
+                    gemm_configs.set_prefetch_k(blocks)
+                    decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
+                    decode_attention.set_early_kv(early == "on")
+                    with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
+                        first = (fuse, blocks, kv, step_kv, early, splits) == (
+                            args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0], args.step_kv[0], args.early_kv[0],
+                            args.num_splits[0])
+                        measure_model(model, args, bandwidth, record, cublas=first,
+                                      record_sites=record_sites if args.launches else None, num_splits=splits)
+                    # written after each model, so a run cut short keeps what it measured
+                    path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                    if site_table:
+                        write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                    print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
+                          f"step K/V {step_kv}, early K/V {early}, splits {splits}: done at "
+                          f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
     decode_attention.set_early_kv(early_before)

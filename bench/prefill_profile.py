@@ -8,6 +8,7 @@ wall), and the profiled prefill's timeline: its wall, its kernels' span and the 
 
     python bench/prefill_profile.py --out $OUT --model qwen3-4b --tokens 8192
     python bench/prefill_profile.py --out pp --model tiny --tokens 300     # CPU smoke run
+    python bench/prefill_profile.py --out $OUT --override '{"prefill_attention": {"tma": false}}'   # an A/B
 """
 
 import argparse
@@ -22,6 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
+from tileinfer.ops import tuning  # noqa: E402
+from bench import tuned_override  # noqa: E402
 from bench.engine_bench import checkpoints  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
@@ -108,6 +111,8 @@ def main(argv=None):
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    parser.add_argument("--override", default="none",
+                        help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
     args = parser.parse_args(argv)
     weights = args.weights.split(",")
     unknown = [w for w in weights if w not in ("bf16", "int8")]
@@ -115,36 +120,42 @@ def main(argv=None):
         parser.error(f"--weights: unknown {', '.join(unknown)} (known: bf16, int8)")
     if args.tokens < 1 or args.repeats < 1:
         parser.error("--tokens and --repeats take counts >= 1")
+    try:
+        patch = tuned_override.parse(args.override)
+        tuned_override.check(patch, tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu")
+    except ValueError as e:
+        parser.error(f"--override: {e}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = {**environment(measure_bandwidth=torch.cuda.is_available()), "command": command_line(),
-            "weights_kind": "random"}
+            "weights_kind": "random", "override": tuned_override.label(patch)}
     target, drafter = checkpoints(args.model, Path(args.root))
     rows = []
-    for kind in weights:
-        engine = tileinfer.load(target, draft=drafter, weights=kind)
-        if args.tokens > engine.config.max_position_embeddings:
-            parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
-        ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
-        wall, host, walls = prefill_ms(engine, ids.tolist(), args.repeats)
-        clock = sm_clock_mhz(engine.device) if engine.device.type == "cuda" else None
-        kernels, timeline = kernel_rows(engine, ids.tolist())
-        key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
-               "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
-               "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
-        rows.extend({**key, **r, **base} for r in kernels)
-        print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms (the call returns after "
-              f"{host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
-              f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
-              f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)
-        for cls in ("gemm", "attention", "norm_rope", "other"):
-            print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
-        for r in kernels[:12]:
-            print(f"  {r['gpu_ms']:8.2f} ms {r['calls']:5d}x  {r['name'][:110]}", flush=True)
-        del engine
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    with tuned_override.overridden(patch):  # eager prefills read the tuned values at each launch
+        for kind in weights:
+            engine = tileinfer.load(target, draft=drafter, weights=kind)
+            if args.tokens > engine.config.max_position_embeddings:
+                parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
+            ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
+            wall, host, walls = prefill_ms(engine, ids.tolist(), args.repeats)
+            clock = sm_clock_mhz(engine.device) if engine.device.type == "cuda" else None
+            kernels, timeline = kernel_rows(engine, ids.tolist())
+            key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
+                   "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
+                   "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
+            rows.extend({**key, **r, **base} for r in kernels)
+            print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms (the call returns after "
+                  f"{host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
+                  f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
+                  f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)
+            for cls in ("gemm", "attention", "norm_rope", "other"):
+                print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
+            for r in kernels[:12]:
+                print(f"  {r['gpu_ms']:8.2f} ms {r['calls']:5d}x  {r['name'][:110]}", flush=True)
+            del engine
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     path = write_rows(rows, out / f"prefill_profile_{gpu_tag(base['gpu'])}.csv", last=PROVENANCE)
     print(f"wrote {path}")
 

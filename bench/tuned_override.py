@@ -1,0 +1,87 @@
+"""A GPU's tuned configs with some values replaced, for the engines loaded inside: an A/B of one tuned value
+without editing `tileinfer/ops/configs/<gpu>.json`.
+
+    with overridden({"prefill_attention": {"tma": False}}):
+        engine = tileinfer.load(...)          # its kernels read the section with tma off
+
+The patch is merged into every GPU's configs key by key (a dict into a dict, any other value replaces):
+{"skinny_gemm": {"2560x4096": {"m1": {"bf16": {"prefetch_k": 64}}}}} sets one field of one entry and
+keeps the rest of it. A patch that names a section, shape, bucket or kind the configs lack is refused, so a
+typo cannot measure the tuned configs under another name.
+"""
+
+import json
+from contextlib import contextmanager
+
+from tileinfer.ops import gemm_configs, tuning
+
+
+def parse(text: str) -> dict:
+    """A patch from its JSON text (a file's path when it names one): {} for "" or "none"."""
+    if text in ("", "none"):
+        return {}
+    try:
+        patch = json.loads(open(text).read() if text.endswith(".json") else text)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"an override is a JSON object or a .json file: {e}") from None
+    if not isinstance(patch, dict):
+        raise ValueError(f"an override is a JSON object, got {type(patch).__name__}")
+    return patch
+
+
+def merged(base: dict, patch: dict, where: str = "") -> dict:
+    """base with patch merged in key by key. A field an entry lacks may be given (the kernel's default
+    stands for it until then: a misspelt one fails where the kernel reads its config); a section, shape,
+    bucket or kind the configs lack is an error naming its path."""
+    out = dict(base)
+    for key, value in patch.items():
+        path = f"{where}.{key}" if where else key
+        if key not in base:
+            if isinstance(value, dict):
+                raise KeyError(f"the tuned configs have no {path!r} to override")
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(base[key], dict):
+            out[key] = merged(base[key], value, path)
+        else:
+            out[key] = value
+    return out
+
+
+def check(patch: dict, gpu: str) -> None:
+    """Raise ValueError where `patch` names something `gpu`'s tuned configs lack, or where the GPU has none."""
+    if not patch:
+        return
+    base = tuning.gpu_configs(gpu)
+    if not base:
+        raise ValueError(f"{gpu} has no tuned configs: an override would change nothing")
+    try:
+        merged(base, patch)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+
+
+def label(patch: dict) -> str:
+    """The patch as one line for a result's column: "none" when empty."""
+    return json.dumps(patch, sort_keys=True, separators=(",", ":")) if patch else "none"
+
+
+@contextmanager
+def overridden(patch: dict):
+    """The GPU's tuned configs with `patch` merged in, for the engines loaded (and graphs captured) inside;
+    the configs as tuned again after. A GPU without a configs file keeps its defaults."""
+    if not patch:
+        yield
+        return
+    tuned = tuning.gpu_configs
+
+    def configs(gpu: str) -> dict:
+        base = tuned(gpu)
+        return merged(base, patch) if base else base
+
+    tuning.gpu_configs = gemm_configs.gpu_configs = configs
+    gemm_configs._lookup.cache_clear()
+    try:
+        yield
+    finally:
+        tuning.gpu_configs = gemm_configs.gpu_configs = tuned
+        gemm_configs._lookup.cache_clear()
