@@ -53,7 +53,7 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
-from tileinfer.ops import decode_attention, gemm_configs, pdl, tuning  # noqa: E402
+from tileinfer.ops import decode_attention, gemm_configs, pdl  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -219,8 +219,7 @@ def main(argv=None):
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     try:
-        patch = tuned_override.parse(args.override)
-        tuned_override.check(patch, tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu")
+        patch = tuned_override.for_this_machine(args.override)
     except ValueError as e:
         parser.error(f"--override: {e}")
     out = Path(args.out)

@@ -23,11 +23,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
-from tileinfer.ops import tuning  # noqa: E402
 from bench import tuned_override  # noqa: E402
 from bench.engine_bench import checkpoints  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer_profiling.busy import busy_time  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer_profiling.trace import kernel_class  # noqa: E402
 
@@ -56,18 +56,11 @@ def prefill_ms(engine, ids, repeats):
 
 
 def busy_and_span(intervals):
-    """(time covered by the union of [start, end) intervals, first start to last end), in their unit."""
-    busy, reach, first, last = 0.0, None, None, None
-    for start, end in sorted(intervals):
-        first = start if first is None else first
-        last = end if last is None else max(last, end)
-        if reach is None or start >= reach:
-            busy += end - start
-            reach = end
-        elif end > reach:
-            busy += end - reach
-            reach = end
-    return busy, (0.0 if first is None else last - first)
+    """(time covered by the union of (start, end) intervals, first start to last end), in their unit."""
+    pairs = list(intervals)
+    if not pairs:
+        return 0.0, 0.0
+    return busy_time(pairs), max(e for _, e in pairs) - min(s for s, _ in pairs)
 
 
 def kernel_rows(engine, ids):
@@ -121,8 +114,7 @@ def main(argv=None):
     if args.tokens < 1 or args.repeats < 1:
         parser.error("--tokens and --repeats take counts >= 1")
     try:
-        patch = tuned_override.parse(args.override)
-        tuned_override.check(patch, tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu")
+        patch = tuned_override.for_this_machine(args.override)
     except ValueError as e:
         parser.error(f"--override: {e}")
     out = Path(args.out)

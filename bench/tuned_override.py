@@ -60,6 +60,15 @@ def check(patch: dict, gpu: str) -> None:
         raise ValueError(e.args[0]) from None
 
 
+def for_this_machine(text: str) -> dict:
+    """The patch of an --override argument, checked against this machine's GPU (ValueError if it cannot apply)."""
+    import torch
+
+    patch = parse(text)
+    check(patch, tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu")
+    return patch
+
+
 def label(patch: dict) -> str:
     """The patch as one line for a result's column: "none" when empty."""
     return json.dumps(patch, sort_keys=True, separators=(",", ":")) if patch else "none"
