@@ -9,6 +9,7 @@ wall), and the profiled prefill's timeline: its wall, its kernels' span and the 
     python bench/prefill_profile.py --out $OUT --model qwen3-4b --tokens 8192
     python bench/prefill_profile.py --out pp --model tiny --tokens 300     # CPU smoke run
     python bench/prefill_profile.py --out $OUT --override '{"prefill_attention": {"tma": false}}'   # an A/B
+    python bench/prefill_profile.py --out $OUT --weights bf16 --chunk 4096,8192                      # chunk sizes
 """
 
 import argparse
@@ -27,6 +28,7 @@ from bench import tuned_override  # noqa: E402
 from bench.engine_bench import checkpoints  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
+from tileinfer.engine import DEFAULT_PREFILL_CHUNK  # noqa: E402
 from tileinfer_profiling.busy import busy_time  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer_profiling.trace import kernel_class  # noqa: E402
@@ -103,6 +105,8 @@ def main(argv=None):
     parser.add_argument("--weights", default="bf16,int8")
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunk", default=str(DEFAULT_PREFILL_CHUNK),
+                        help="prefill chunk sizes in tokens, comma-separated: each runs in turn (its rows name it)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     parser.add_argument("--override", default="none",
                         help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
@@ -114,6 +118,12 @@ def main(argv=None):
     if args.tokens < 1 or args.repeats < 1:
         parser.error("--tokens and --repeats take counts >= 1")
     try:
+        chunks = [int(c) for c in args.chunk.split(",")]
+    except ValueError:
+        parser.error(f"--chunk: expected token counts separated by commas, got {args.chunk!r}")
+    if min(chunks) < 1:
+        parser.error(f"--chunk: chunk sizes must be >= 1, got {args.chunk!r}")
+    try:
         patch = tuned_override.for_this_machine(args.override)
     except ValueError as e:
         parser.error(f"--override: {e}")
@@ -124,8 +134,8 @@ def main(argv=None):
     target, drafter = checkpoints(args.model, Path(args.root))
     rows = []
     with tuned_override.overridden(patch):  # eager prefills read the tuned values at each launch
-        for kind in weights:
-            engine = tileinfer.load(target, draft=drafter, weights=kind)
+        for kind, chunk in ((kind, chunk) for kind in weights for chunk in chunks):
+            engine = tileinfer.load(target, draft=drafter, weights=kind, prefill_chunk=chunk)
             if args.tokens > engine.config.max_position_embeddings:
                 parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
             ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
@@ -136,7 +146,7 @@ def main(argv=None):
                    "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
                    "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
             rows.extend({**key, **r, **base} for r in kernels)
-            print(f"{args.model} {kind} {args.tokens} tokens: prefill {wall:.1f} ms (the call returns after "
+            print(f"{args.model} {kind} {args.tokens} tokens in chunks of {chunk}: prefill {wall:.1f} ms (the call returns after "
                   f"{host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
                   f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
                   f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)

@@ -111,12 +111,33 @@ def test_prefill_profile_rows_per_weights_and_kernel(tmp_path, capsys):
     assert ((df["host_ms"] > 0) & (df["host_ms"] <= df["prefill_ms"])).all()
     for _, kind in df.groupby("weights"):
         assert kind["kernel_ms"].iloc[0] == pytest.approx(kind["gpu_ms"].sum())
-    assert "tiny int8 40 tokens: prefill" in capsys.readouterr().out
+    assert "tiny int8 40 tokens in chunks of 4096: prefill" in capsys.readouterr().out
     # one repeat's wall, the profiled call's own wall; no kernel timeline off a GPU
     assert (df["prefill_walls_ms"].astype(float) == df["prefill_ms"].round(2)).all()
     assert (df["profiled_wall_ms"] > 0).all() and df["kernel_span_ms"].isna().all()
     with pytest.raises(SystemExit):
         prefill_profile.main(["--out", str(tmp_path), "--weights", "fp8"])
+
+
+def test_prefill_profile_chunk_sizes(tmp_path, capsys):
+    import pandas as pd
+
+    from bench import prefill_profile
+
+    prefill_profile.main(["--out", str(tmp_path), "--model", "tiny", "--tokens", "40", "--repeats", "1",
+                          "--weights", "bf16", "--chunk", "16,64", "--root", str(tmp_path / "ckpt")])
+    df = pd.read_csv(next(tmp_path.glob("prefill_profile_*.csv")))
+    assert set(df["chunk"]) == {16, 64}
+    out = capsys.readouterr().out
+    assert "in chunks of 16:" in out and "in chunks of 64:" in out
+    # three chunks of 16 launch three times the layers' kernels that one chunk of 64 does
+    calls = df.groupby("chunk")["calls"].sum()
+    assert calls[16] > calls[64]
+    for bad in ("0", "4k", "16,"):
+        with pytest.raises(SystemExit):
+            prefill_profile.main(["--out", str(tmp_path / "bad"), "--chunk", bad])
+        assert "--chunk" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_kernel_timeline_busy_time_and_span():
