@@ -197,3 +197,26 @@ def test_qk_norm_rope_writes_the_caches(T, with_q, dtype, atol, rtol):
     assert bool((k_ours[untouched] == 7).all()) and bool((v_ours[untouched] == 7).all())
     if with_q:
         assert_close(q_ours, q_ref, atol, rtol, "Q")
+
+
+@pytest.mark.parametrize("tiles", [{"block_t": 16, "num_warps": 8}, {"block_t": 64, "num_warps": 2}])
+def test_qk_norm_rope_prompt_tiles_from_the_gpu_section(tiles, monkeypatch):
+    """A GPU's "norm_rope" section sets the prompt's tiles (the H200's, and one past the prompt's length)."""
+    from tileinfer.ops import rope
+
+    T, hq, hk, D, P = 45, 4, 2, 32, 67
+    qkv = torch.randn(T, (hq + 2 * hk) * D, device=DEVICE).to(torch.bfloat16)
+    q, k, v = (qkv[:, a * D:b * D].view(T, -1, D) for a, b in ((0, hq), (hq, hq + hk), (hq + hk, hq + 2 * hk)))
+    weights = [torch.randn(D, device=DEVICE).to(torch.bfloat16) for _ in range(2)]
+    cos_sin = rope_cos_sin(D, P, 1e6, DEVICE)
+    positions = torch.randperm(P, device=DEVICE)[:T]
+    asked = []
+    monkeypatch.setattr(rope, "section", lambda device, kernel: asked.append(kernel) or dict(tiles))
+    outs = {}
+    for name, fn in (("ref", qk_norm_rope_ref), ("ours", qk_norm_rope)):
+        kc, vc = (torch.zeros(P, hk, D, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+        q_out, _ = fn(q, k, *weights, cos_sin, positions, 1e-6, v=v, k_cache=kc, v_cache=vc)
+        outs[name] = (q_out, kc, vc)
+    assert asked == ["norm_rope"]
+    for got, want, what in zip(outs["ours"], outs["ref"], ("Q", "K cache", "V cache")):
+        assert_close(got, want, 2e-2, 2e-2, what)

@@ -15,7 +15,7 @@ from tileinfer.shapes import QWEN3_4B
 def test_the_h200_file_holds_every_kernel_section():
     h200 = tuning.gpu_configs("NVIDIA H200")
     assert h200["gpu"] == "NVIDIA H200" and tuning.config_path("NVIDIA H200").name == "nvidia_h200.json"
-    assert {"skinny_gemm", "w8a16_gemm", "decode_attention", "prefill_attention"} <= set(h200)
+    assert {"skinny_gemm", "w8a16_gemm", "decode_attention", "prefill_attention", "norm_rope"} <= set(h200)
     assert h200["decode_attention"]["max_num_splits"] == MAX_NUM_SPLITS
     assert {tuple(sorted(v)) for v in h200["w8a16_gemm"].values()} == {("BLOCK_K", "BLOCK_M", "BLOCK_N",
                                                                          "num_stages", "num_warps")}

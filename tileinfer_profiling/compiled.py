@@ -362,8 +362,9 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
 
     from tileinfer.ops import (commit, decode_attention, dequant, embedding, prefill_attention, rmsnorm, rope,
                                skinny_gemm, swiglu, w8a16_gemm)
-    from tileinfer.ops.attention import default_num_splits
+    from tileinfer.ops.attention import MAX_STEP_TOKENS, default_num_splits
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
+    from tileinfer.ops.tuning import gpu_configs
 
     shape = ModelShape.of(PRESETS[preset])
     bf16 = torch.bfloat16
@@ -406,10 +407,14 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=1)
         cache = torch.empty(t + 16, kv, hd, dtype=bf16)
         cos_sin = torch.empty(t + 16, hd, dtype=torch.float32)
-        rope.qk_norm_rope(q.view(t, heads, hd), k.view(t, kv, hd), torch.empty(hd, dtype=bf16),
-                          torch.empty(hd, dtype=bf16), cos_sin, torch.zeros(t, dtype=torch.int32), 1e-6,
-                          v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
-        return ""
+        own_section, rope.section = rope.section, lambda device, kernel: gpu_configs(gpu).get(kernel, {})
+        try:  # the target GPU's tiles, not the CPU's defaults
+            rope.qk_norm_rope(q.view(t, heads, hd), k.view(t, kv, hd), torch.empty(hd, dtype=bf16),
+                              torch.empty(hd, dtype=bf16), cos_sin, torch.zeros(t, dtype=torch.int32), 1e-6,
+                              v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
+        finally:
+            rope.section = own_section
+        return json.dumps({**rope.ROWS_TILES, **gpu_configs(gpu).get("norm_rope", {})}, sort_keys=True) if t > MAX_STEP_TOKENS else ""
     if case.op.startswith("sample_block"):  # a sampling step's launches (ops.sample), BF16 logits
         from tileinfer.ops import sample
         vocab = int(case.shape.split("x")[1])
@@ -435,7 +440,6 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     q = torch.empty(t, heads, hd, dtype=bf16)
     cache = torch.empty(CONTEXT + t, kv, hd, dtype=bf16)
     if case.op == "prefill attention":
-        from tileinfer.ops.tuning import gpu_configs
         tiles = prefill_attention.tuned_tiles(gpu_configs(gpu).get("prefill_attention", {}), t)
         prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True, **tiles)
         return json.dumps(tiles, sort_keys=True)

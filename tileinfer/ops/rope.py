@@ -10,6 +10,10 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.pdl import launch_options
+from tileinfer.ops.tuning import section
+
+# The prompt's tiles (`_qk_norm_rope_rows_kernel`) unless the GPU's "norm_rope" section names its own.
+ROWS_TILES = {"block_t": 32, "num_warps": 4}
 
 
 def rope_cos_sin(head_dim, max_positions, theta, device=None):
@@ -197,14 +201,15 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps, v=None, k_ca
         assert q.shape == (T, num_q_heads, D) and q.stride(-1) == 1 and q_weight.shape == (D,)
         q_out = torch.empty((T, num_q_heads, D), dtype=q.dtype, device=q.device)
     heads = num_q_heads + num_kv_heads * (2 if to_cache else 1)
+    device = q.device if has_q else k.device
     if T > MAX_STEP_TOKENS and D == triton.next_power_of_2(D) and D >= 16:
-        block_t = 32
-        _qk_norm_rope_rows_kernel[(triton.cdiv(T, block_t), heads)](
+        tiles = {**ROWS_TILES, **section(device, "norm_rope")}
+        _qk_norm_rope_rows_kernel[(triton.cdiv(T, tiles["block_t"]), heads)](
             q, k, v, q_out, k_out, v_out, q_weight, k_weight, cos_sin, positions,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin.stride(0), stride_ot,
             T, num_q_heads, num_kv_heads, eps,
-            HEAD_DIM=D, BLOCK_T=block_t, TO_CACHE=to_cache, num_warps=4,
-            **launch_options(q.device if has_q else k.device),
+            HEAD_DIM=D, BLOCK_T=tiles["block_t"], TO_CACHE=to_cache, num_warps=tiles["num_warps"],
+            **launch_options(device),
         )
     elif T > 0:
         block_half = triton.next_power_of_2(D // 2)
@@ -213,6 +218,6 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos_sin, positions, eps, v=None, k_ca
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos_sin.stride(0), stride_ot,
             num_q_heads, num_kv_heads, eps,
             HEAD_DIM=D, BLOCK_HALF=block_half, TO_CACHE=to_cache, num_warps=max(1, min(4, block_half // 64)),
-            **launch_options(q.device if has_q else k.device),
+            **launch_options(device),
         )
     return (q_out if has_q else None), (None if to_cache else k_out)
