@@ -4,7 +4,13 @@ Each op runs against its PyTorch reference; both are timed inside a CUDA graph
 (`triton.testing.do_bench_cudagraph`), each call reading a different copy of its inputs so that large
 shapes do not sit in L2. Writes pointwise.csv under --out and prints a table.
 
+With --norm-rope-tiles, instead: the prompt's Q/K norm + RoPE (`_qk_norm_rope_rows_kernel`, K/V written
+into the cache) at a chunk of an 8k prompt, over tokens per program × warps, each tile's output checked
+bit for bit against the default tile's, timed the same way; writes norm_rope_tiles_<gpu>.csv, the sweep
+behind a GPU's "norm_rope" section.
+
     python3 bench/pointwise_bench.py --out results/
+    python3 bench/pointwise_bench.py --out bench/results --norm-rope-tiles
 """
 
 import argparse
@@ -18,10 +24,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref  # noqa: E402  (before Triton: tileinfer.ops decides interpreting)
+from tileinfer.ops import rope  # noqa: E402
 from tileinfer.ops.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin  # noqa: E402
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref  # noqa: E402
 from tileinfer.shapes import QWEN3_4B  # noqa: E402
 from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
+from bench.ref.metric import gpu_tag  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 HIDDEN, INTERMEDIATE = QWEN3_4B.hidden, QWEN3_4B.intermediate
@@ -115,9 +123,62 @@ def bench_case(name, T):
     return rows
 
 
+ROWS_TOKENS, ROWS_START = 4096, 4096  # the second chunk of an 8k prompt
+TILE_SWEEP = [(t, w) for t in (16, 32, 64, 128) for w in (1, 2, 4, 8) if t * HEAD_DIM >= 4 * 32 * w]
+
+
+def norm_rope_tiles(meta, out):
+    """Every (tokens per program, warps) of the prompt's norm + RoPE, its K/V into the cache; rows by time."""
+    T, heads = ROWS_TOKENS, NUM_Q_HEADS + 2 * NUM_KV_HEADS
+    q_weight, k_weight = _weight(HEAD_DIM), _weight(HEAD_DIM)
+    cos_sin = rope_cos_sin(HEAD_DIM, MAX_POSITIONS, THETA, device="cuda")
+    positions = torch.arange(ROWS_START, ROWS_START + T, device="cuda")
+
+    def make():
+        qkv = torch.randn(T, heads * HEAD_DIM, device="cuda", dtype=DTYPE)
+        q, k, v = (t.view(T, -1, HEAD_DIM) for t in qkv.split(
+            [NUM_Q_HEADS * HEAD_DIM, NUM_KV_HEADS * HEAD_DIM, NUM_KV_HEADS * HEAD_DIM], dim=1))
+        cache = [torch.zeros(ROWS_START + T, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE) for _ in range(2)]
+        return (q, k, q_weight, k_weight, cos_sin, positions, EPS, v, *cache)
+
+    def call(q, k, qw, kw, cs, pos, eps, v, k_cache, v_cache):
+        q_out, _ = qk_norm_rope(q, k, qw, kw, cs, pos, eps, v=v, k_cache=k_cache, v_cache=v_cache)
+        return q_out, k_cache[ROWS_START:], v_cache[ROWS_START:]
+
+    num_bytes = 2 * T * heads * HEAD_DIM * 2 + T * (HEAD_DIM * 4 + 8)
+    inputs = [make() for _ in range(max(2, math.ceil(2 * L2_BYTES / num_bytes)))]
+    own = rope.section
+    rows, want = [], None
+    try:
+        for block_t, warps in [tuple(rope.ROWS_TILES.values())] + TILE_SWEEP:
+            rope.section = lambda device, kernel, t=block_t, w=warps: {"block_t": t, "num_warps": w}
+            got = [x.clone() for x in call(*inputs[0])]
+            want = want or got
+            median, p20, p80 = _time_us(call, inputs)
+            rows.append(dict(op="qk_norm_rope rows + kv write", num_tokens=T, block_t=block_t, num_warps=warps,
+                             latency_us=round(median, 3), latency_us_p20=round(p20, 3), latency_us_p80=round(p80, 3),
+                             bytes=num_bytes, gb_per_s=round(num_bytes / median / 1e3, 1),
+                             same_bits=all(torch.equal(g, w) for g, w in zip(got, want))))
+    finally:
+        rope.section = own
+    rows = sorted({(r["block_t"], r["num_warps"]): r for r in rows}.values(), key=lambda r: r["latency_us"])
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"norm_rope_tiles_{gpu_tag(meta['gpu'])}.csv")
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) + list(meta))
+        writer.writeheader()
+        writer.writerows({**r, **meta} for r in rows)
+    print(f"wrote {path}\n{'block_t':>8} {'warps':>6} {'us':>8} {'GB/s':>7} same bits")
+    for r in rows:
+        print(f"{r['block_t']:>8} {r['num_warps']:>6} {r['latency_us']:>8.1f} {r['gb_per_s']:>7.0f} {r['same_bits']}")
+    return all(r["same_bits"] for r in rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results", help="directory for pointwise.csv")
+    parser.add_argument("--norm-rope-tiles", action="store_true",
+                        help="sweep the prompt's Q/K norm + RoPE tiles instead (norm_rope_tiles_<gpu>.csv)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pointwise_bench needs a CUDA GPU")
@@ -125,6 +186,8 @@ def main():
     info = run_info()
     meta = {key: info[key] for key in ("gpu", "torch", "triton", "git_rev")} | {"command": command_line()}
     print(meta, flush=True)
+    if args.norm_rope_tiles:
+        sys.exit(0 if norm_rope_tiles(meta, args.out) else "a tile's output differs from the default tile's")
 
     rows, failures = [], []
     for name in CASES:

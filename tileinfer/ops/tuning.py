@@ -3,12 +3,13 @@
     configs/nvidia_h200.json = {"gpu": "NVIDIA H200",
                                 "skinny_gemm": {"NxK": {"m1" | "m4" | "m16": {"bf16" | "int8": {...}}}},
                                 "w8a16_gemm": {"small_m" | "large_m": {...}},
-                                "decode_attention": {...}, "prefill_attention": {...}}
+                                "decode_attention": {...}, "prefill_attention": {...},
+                                "norm_rope": {"block_t", "num_warps"}}
 
 A GPU without a file, or a kernel without a section, gets each kernel's defaults in code; nothing is
 tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune` writes the
 skinny-GEMM section of the GPU it runs on; the other sections come from the kernels' sweeps
-(`bench/attention_bench.py`, `tileinfer_profiling.sweeps`), each section saying what measured it.
+(`bench/attention_bench.py`, `tileinfer_profiling.sweeps`, `bench/pointwise_bench.py --norm-rope-tiles`).
 """
 
 from __future__ import annotations
