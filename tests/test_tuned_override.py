@@ -58,10 +58,19 @@ def test_inside_the_override_the_kernels_read_the_patched_values_and_after_it_th
 
 
 def test_the_benches_refuse_an_override_this_machine_cannot_apply(tmp_path, capsys):
+    """Refused before anything runs: a section no GPU's configs have, anywhere; on a machine without a GPU,
+    any override (it has no tuned configs to change). On a GPU an applicable override would run the bench."""
+    import torch
+
     from bench import floor_bench, prefill_profile
 
-    for main in (floor_bench.main, prefill_profile.main):
-        with pytest.raises(SystemExit):
-            main(["--out", str(tmp_path / "out"), "--override", json.dumps(O_M1)])
-        assert "--override: cpu has no tuned configs" in capsys.readouterr().err
+    cases = [({"no_such_kernel": {"block_m": 64}}, ("'no_such_kernel'", "has no tuned configs"))]
+    if not torch.cuda.is_available():
+        cases.append((O_M1, ("cpu has no tuned configs",)))
+    for patch, reasons in cases:
+        for main in (floor_bench.main, prefill_profile.main):
+            with pytest.raises(SystemExit):
+                main(["--out", str(tmp_path / "out"), "--override", json.dumps(patch)])
+            err = capsys.readouterr().err
+            assert "--override:" in err and any(why in err for why in reasons)
     assert not list(tmp_path.iterdir())
