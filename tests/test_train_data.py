@@ -129,6 +129,24 @@ def test_some_copies_are_of_scrambled_code(monkeypatch):
     assert all(made) and 0.2 < len(calls) / len(made) < 0.6  # SCRAMBLED_COPY = 0.4 of them
 
 
+def test_bench_explain_examples_are_the_benchmark_explain_template_only():
+    from tileinfer_profiling.prompts import EXPLAIN as BENCH_EXPLAIN
+
+    tok = tokenizer.train_tokenizer([data.generate_module(data.TRAIN_SEED0).source(6)], vocab_size=300)
+    enc, rng = data.Encoder(tok), random.Random(3)
+    task = BENCH_EXPLAIN.split("{code}")[1]  # the template's words after the code
+    for kind, explains in (("bench_explain", 40), ("bench", None)):
+        made = [data.make_example(kind, "julia", rng, enc, {}, 1024) for _ in range(40)]
+        texts = [tok.decode(ids[:start]) for ids, start in made]
+        n = sum(t.endswith(task) for t in texts)
+        if explains is None:  # the mixed kind: mostly edits (0.7 of its examples)
+            assert 0 < n < 25
+        else:
+            assert n == explains
+            replies = [tok.decode(ids[start:]) for ids, start in made]
+            assert all(r.startswith("The code defines the module") for r in replies)
+
+
 def test_explainers_name_what_the_code_defines():
     assert "The functions are log_info." in EXPLAIN["shell"]("log_info() {\n  echo hi\n}\nLEVEL=3\n")
     header = "#define MAX_LEN 8\nstruct node {\n  int v;\n};\nint size(struct node *n);\n"
@@ -165,6 +183,7 @@ def test_shares_on_the_command_line_are_checked():
 
     assert parse_seq_lens("2048:0.5,8192:0.5") == {2048: 0.5, 8192: 0.5}
     assert parse_mix("copy:0.25,edit:0.25,bench:0.5") == {"copy": 0.25, "edit": 0.25, "bench": 0.5}
+    assert parse_mix("bench:0.3,bench_explain:0.2,copy:0.5")["bench_explain"] == 0.2
     for text, message in (("copy:0.5,poetry:0.5", "unknown kinds poetry"), ("copy:0.5,bench:0.4", "sum to 1"),
                           ("copy=0.5", "name:0.5")):
         with pytest.raises(SystemExit, match=message):

@@ -30,12 +30,12 @@ def parse_seq_lens(text):
 
 
 def parse_mix(text):
-    """"copy:0.2,...,bench:0.3" -> the share of the tokens per kind of example (tools.train.data.MIX's kinds)."""
-    from tools.train.data import MIX
+    """"copy:0.2,...,bench:0.3" -> the share of the tokens per kind of example (tools.train.data.KINDS)."""
+    from tools.train.data import KINDS
     out = parse_shares(text, "--mix")
-    unknown = sorted(set(out) - set(MIX))
+    unknown = sorted(set(out) - set(KINDS))
     if unknown:
-        raise SystemExit(f"--mix {text!r}: unknown kinds {', '.join(unknown)} (known: {', '.join(MIX)})")
+        raise SystemExit(f"--mix {text!r}: unknown kinds {', '.join(unknown)} (known: {', '.join(KINDS)})")
     return out
 
 
@@ -219,7 +219,8 @@ def main(argv=None):
     d.add_argument("--seq-lens", default=",".join(f"{n}:{w}" for n, w in SEQ_LENS.items()),
                    help="row lengths and their token shares")
     d.add_argument("--mix", default=None, help="token shares per kind of example, e.g. copy:0.2,edit:0.2,"
-                   "continue:0.1,explain:0.1,code:0.1,bench:0.3 (default: tools.train.data.MIX)")
+                   "continue:0.1,explain:0.1,code:0.1,bench:0.3 (default: tools.train.data.MIX; bench_explain: "
+                   "the benchmark's explain template alone)")
     d.add_argument("--max-positions", type=int, default=16384)
     d.add_argument("--eval-seeds", type=int, default=8)
     d.add_argument("--heldout-prompts", type=int, default=4, help="held-out prompts per task and length")

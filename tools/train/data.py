@@ -26,6 +26,11 @@ from tools.train.explain import EXPLAIN
 # the benchmark's prompts (1k edit 15.9 -> 14.0, explain 14.2 -> 10.9 tokens per step) while it reached
 # the held-out floors (bench/results/pair_training_v2_h200.json); the shipped pair had ~half its tokens there.
 MIX = {"copy": 0.18, "edit": 0.22, "continue": 0.06, "explain": 0.10, "code": 0.12, "bench": 0.32}
+# Every kind --mix may name: the default's, and the benchmark's explain template alone. In "bench" 70 % of the
+# examples are edits whose replies repeat the module, so its explain replies (~90 tokens) are a few % of its
+# tokens; "bench_explain" gives them a share of their own.
+KINDS = (*MIX, "bench_explain")
+BENCH_KINDS = ("bench", "bench_explain")
 # Share of copy examples whose code has its lines shuffled in short runs (`tasks.scramble`): the shipped
 # target paraphrased held-out Python docstrings it was asked to copy (pair_training_v3_h200.json), i.e.
 # it recalled text like them rather than read them back; shuffled text can only be read back.
@@ -85,9 +90,9 @@ def code_budget(rng, seq_len, kind):
 def make_example(kind, lang, rng, enc, sources, seq_len):
     """(ids, reply_start) of one example, or None when the drawn source offers no such example."""
     budget = code_budget(rng, seq_len, kind)
-    if kind == "bench":  # the benchmark's two templates, as the pair was first trained on
+    if kind in BENCH_KINDS:  # the benchmark's two templates, as the pair was first trained on
         module, code = julia_code(rng, enc, budget)
-        if rng.random() < 0.7:
+        if kind == "bench" and rng.random() < 0.7:
             new = rng.choice([t for t in TYPE_NAMES if t != module.type_name])
             return enc.example(BENCH_EDIT.format(code=code, old=module.type_name, new=new),
                                tasks.rename(code, module.type_name, new))
@@ -149,8 +154,8 @@ def build_dataset(tok, sources, num_tokens, seq_lens=SEQ_LENS, seed=0, mix=MIX, 
     pack. `sources` maps a language ("python", "c", "shell") to [(path, text)].
     Returns {seq_len: (tokens, lengths, replies)} and the counts per length, kind and language."""
     for kind in mix:
-        if kind not in MIX:
-            raise ValueError(f"unknown example kind {kind!r}: use some of {', '.join(MIX)}")
+        if kind not in KINDS:
+            raise ValueError(f"unknown example kind {kind!r}: use some of {', '.join(KINDS)}")
     rng = random.Random(seed)
     enc = Encoder(tok)
     out, counts = {}, {}
@@ -159,7 +164,7 @@ def build_dataset(tok, sources, num_tokens, seq_lens=SEQ_LENS, seed=0, mix=MIX, 
         for kind, share in mix.items():
             budget, n, misses = int(share * len_share * num_tokens), 0, 0
             while n < budget and misses < max_misses:
-                lang = "julia" if kind == "bench" else draw_lang(rng, kind, sources)
+                lang = "julia" if kind in BENCH_KINDS else draw_lang(rng, kind, sources)
                 ex = make_example(kind, lang, rng, enc, sources, seq_len)
                 if ex is None or len(ex[0]) > seq_len:
                     misses += 1
