@@ -29,7 +29,7 @@ from tileinfer.ops.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin  # n
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref  # noqa: E402
 from tileinfer.shapes import QWEN3_4B  # noqa: E402
 from tileinfer_profiling.run_info import command_line, run_info  # noqa: E402
-from bench.ref.metric import gpu_tag  # noqa: E402
+from bench.ref.metric import gpu_tag, write_rows  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 HIDDEN, INTERMEDIATE = QWEN3_4B.hidden, QWEN3_4B.intermediate
@@ -163,11 +163,8 @@ def norm_rope_tiles(meta, out):
         rope.section = own
     rows = sorted({(r["block_t"], r["num_warps"]): r for r in rows}.values(), key=lambda r: r["latency_us"])
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"norm_rope_tiles_{gpu_tag(meta['gpu'])}.csv")
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) + list(meta))
-        writer.writeheader()
-        writer.writerows({**r, **meta} for r in rows)
+    path = write_rows([{**r, **meta} for r in rows], os.path.join(out, f"norm_rope_tiles_{gpu_tag(meta['gpu'])}.csv"),
+                      last=tuple(meta))
     print(f"wrote {path}\n{'block_t':>8} {'warps':>6} {'us':>8} {'GB/s':>7} same bits")
     for r in rows:
         print(f"{r['block_t']:>8} {r['num_warps']:>6} {r['latency_us']:>8.1f} {r['gb_per_s']:>7.0f} {r['same_bits']}")
