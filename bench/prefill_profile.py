@@ -14,6 +14,7 @@ wall), and the profiled prefill's timeline: its wall, its kernels' span and the 
 
 import argparse
 import gc
+import itertools
 import statistics
 import sys
 import time
@@ -134,7 +135,7 @@ def main(argv=None):
     target, drafter = checkpoints(args.model, Path(args.root))
     rows = []
     with tuned_override.overridden(patch):  # eager prefills read the tuned values at each launch
-        for kind, chunk in ((kind, chunk) for kind in weights for chunk in chunks):
+        for kind, chunk in itertools.product(weights, chunks):
             engine = tileinfer.load(target, draft=drafter, weights=kind, prefill_chunk=chunk)
             if args.tokens > engine.config.max_position_embeddings:
                 parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
@@ -146,8 +147,8 @@ def main(argv=None):
                    "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
                    "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
             rows.extend({**key, **r, **base} for r in kernels)
-            print(f"{args.model} {kind} {args.tokens} tokens in chunks of {chunk}: prefill {wall:.1f} ms (the call returns after "
-                  f"{host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
+            print(f"{args.model} {kind} {args.tokens} tokens in chunks of {chunk}: prefill {wall:.1f} ms "
+                  f"(the call returns after {host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
                   f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
                   f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)
             for cls in ("gemm", "attention", "norm_rope", "other"):

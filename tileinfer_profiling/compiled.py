@@ -414,7 +414,9 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
                               v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
         finally:
             rope.section = own_section
-        return json.dumps({**rope.ROWS_TILES, **gpu_configs(gpu).get("norm_rope", {})}, sort_keys=True) if t > MAX_STEP_TOKENS else ""
+        if t <= MAX_STEP_TOKENS:
+            return ""
+        return json.dumps({**rope.ROWS_TILES, **gpu_configs(gpu).get("norm_rope", {})}, sort_keys=True)
     if case.op.startswith("sample_block"):  # a sampling step's launches (ops.sample), BF16 logits
         from tileinfer.ops import sample
         vocab = int(case.shape.split("x")[1])
