@@ -7,7 +7,8 @@ rotated over copies (≥ 256 MB) so that K/V come from HBM. Plain: even shares o
 ``num_splits``; exact: splits of ``split_size`` positions and the 64-row query tile of exact mode.
 ``--prefetch-rows -1,0,256``: each again with that many positions of every split asked of L2 before the
 grid-dependency wait (-1 the whole split, the default; 0 none); ``--tma off,on``: K/V blocks also through
-TMA descriptors.
+TMA descriptors; ``--tokens-per-program 16,4``: plain blocks of 16 tokens again in row blocks of that many
+tokens a program (one token is always one program).
 """
 
 import argparse
@@ -55,27 +56,33 @@ def main():
     ap.add_argument("--kv-lens", default=",".join(map(str, PLAIN_KV_LENS)), help="plain mode's KV lengths")
     ap.add_argument("--no-exact", action="store_true", help="leave out exact mode's split sizes")
     ap.add_argument("--tma", default="off", help="off, on or off,on: K/V blocks through TMA descriptors")
+    ap.add_argument("--tokens-per-program", default="16",
+                    help="plain blocks of 16 tokens in row blocks of these many tokens a program, comma-separated")
     args = ap.parse_args()
     try:
         prefetch = [int(x) for x in args.prefetch_rows.split(",")]
         kv_lens = [int(x) for x in args.kv_lens.split(",")]
         tma = [{"off": False, "on": True}[x] for x in args.tma.split(",")]
-        assert all(p >= -1 for p in prefetch) and all(n > 0 for n in kv_lens)
+        per_program = [int(x) for x in args.tokens_per_program.split(",")]
+        assert all(p >= -1 for p in prefetch) and all(n > 0 for n in kv_lens + per_program)
     except (ValueError, AssertionError, KeyError):
-        ap.error(f"--prefetch-rows takes integers >= -1, --kv-lens positive ones and --tma off/on, got "
-                 f"{args.prefetch_rows!r}, {args.kv_lens!r}, {args.tma!r}")
+        ap.error(f"--prefetch-rows takes integers >= -1, --kv-lens and --tokens-per-program positive ones and "
+                 f"--tma off/on, got {args.prefetch_rows!r}, {args.kv_lens!r}, {args.tokens_per_program!r}, "
+                 f"{args.tma!r}")
     if not torch.cuda.is_available():
         raise SystemExit("attention_splits.py times CUDA kernels: run it on a GPU")
     info = {**run_info(), "command": command_line(), "weights_kind": "random"}
     rows = []
     for rows_ahead, by_tma in itertools.product(prefetch, tma):
         for kv_len in kv_lens:
-            for t in (1, 16):
+            for t, per in [(1, 1)] + [(16, p) for p in per_program]:
                 for s in PLAIN_SPLITS:
                     if s * 64 <= kv_len:
-                        us = time_us(kv_len, t, num_splits=s, prefetch_rows=rows_ahead, tma=by_tma)
-                        rows.append(dict(mode="plain", kv_len=kv_len, num_q_tokens=t, num_splits=s, split_size=0,
-                                         prefetch_rows=rows_ahead, tma=by_tma, time_us=round(us, 2)))
+                        us = time_us(kv_len, t, num_splits=s, prefetch_rows=rows_ahead, tma=by_tma,
+                                     tokens_per_program=per)
+                        rows.append(dict(mode="plain", kv_len=kv_len, num_q_tokens=t, tokens_per_program=per,
+                                         num_splits=s, split_size=0, prefetch_rows=rows_ahead, tma=by_tma,
+                                         time_us=round(us, 2)))
         for kv_len in () if args.no_exact else EXACT_KV_LENS:
             for t in (1, 16):
                 for size in EXACT_SPLIT_SIZES:
@@ -83,8 +90,9 @@ def main():
                         grid = kv_len // size + 2
                         us = time_us(kv_len, t, num_splits=grid, split_size=size, block_m=exact_block_m(H, KVH),
                                      prefetch_rows=rows_ahead, tma=by_tma)
-                        rows.append(dict(mode="exact", kv_len=kv_len, num_q_tokens=t, num_splits=grid,
-                                         split_size=size, prefetch_rows=rows_ahead, tma=by_tma, time_us=round(us, 2)))
+                        rows.append(dict(mode="exact", kv_len=kv_len, num_q_tokens=t, tokens_per_program=t,
+                                         num_splits=grid, split_size=size, prefetch_rows=rows_ahead, tma=by_tma,
+                                         time_us=round(us, 2)))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "attention_splits_h200.csv")
     with open(path, "w", newline="") as f:
@@ -94,11 +102,11 @@ def main():
             w.writerow({**r, **info})
     print(f"{info['gpu']}, torch {info['torch']}, triton {info['triton']}, rev {info['git_rev']}; random K/V; {path}")
     for mode in ("plain", "exact"):
-        keys = ("kv_len", "num_q_tokens", "prefetch_rows", "tma")
+        keys = ("kv_len", "num_q_tokens", "tokens_per_program", "prefetch_rows", "tma")
         for key in dict.fromkeys(tuple(r[k] for k in keys) for r in rows if r["mode"] == mode):
             rs = [r for r in rows if r["mode"] == mode and tuple(r[k] for k in keys) == key]
             label = "split_size" if mode == "exact" else "num_splits"
-            print(f"{mode} kv {key[0]:6} T {key[1]:2} ahead {key[2]:5} tma {'on ' if key[3] else 'off'}  "
+            print(f"{mode} kv {key[0]:6} T {key[1]:2}/{key[2]:2} ahead {key[3]:5} tma {'on ' if key[4] else 'off'}  "
                   + "  ".join(f"{r[label]}:{r['time_us']:.1f}" for r in rs))
 
 

@@ -89,6 +89,36 @@ def test_decode_with_tma_descriptors(kv_len, num_q_tokens, causal, num_splits, d
     assert_close(out, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[dtype], "tma")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_len,num_q_tokens,causal,num_splits,tokens_per_program", [
+    (300, 16, True, 3, 4), (300, 16, True, 5, 3), (130, 16, False, 2, 4), (37, 5, True, 3, 2), (200, 16, True, 4, 1),
+    (64, 16, True, 1, 16), (70, 7, True, 2, 100),
+])
+def test_decode_in_row_blocks(kv_len, num_q_tokens, causal, num_splits, tokens_per_program, dtype, device):
+    """Tokens spread over programs (a counter and a merge per KV head and row block; causal blocks stop at
+    their last token's keys) give the reference's output; the last row block may be short."""
+    q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, dtype, device)
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
+    for tma in (False, True):
+        out = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
+                               tokens_per_program=tokens_per_program, tma=tma)
+        assert_close(out, attention_ref(q, k, v, kv_len, causal), *TOLERANCES[dtype],
+                     f"{tokens_per_program} tokens a program, tma {tma}")
+    early = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
+                             tokens_per_program=tokens_per_program, early_kv=True)
+    assert torch.equal(early, decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
+                                               tokens_per_program=tokens_per_program))
+
+
+def test_decode_row_blocks_leave_exact_mode_alone(device):
+    """Exact mode's fixed tile keeps every token in one program: the bits do not depend on tokens_per_program."""
+    q, k, v = make_inputs(200, 16, 8, 2, 32, torch.bfloat16, device)
+    kv_len_t = torch.tensor([200], dtype=torch.int32, device=device)
+    kw = dict(num_splits=5, split_size=64, block_m=64)
+    assert torch.equal(decode_attention(q, k, v, kv_len_t, tokens_per_program=2, **kw),
+                       decode_attention(q, k, v, kv_len_t, **kw))
+
+
 DECODE_CASES = [
     # kv_len, T, num_q_heads, num_kv_heads, head_dim, causal
     (1, 1, 2, 2, 16, True),
@@ -215,6 +245,8 @@ def test_bad_inputs(device):
         prefill_attention(wide_q, k, v, 20)
     with pytest.raises(ConfigError, match="not a multiple of num_kv_heads"):
         decode_attention(torch.randn(2, 3, 16, device=device), k, v, kv_len)
+    with pytest.raises(ConfigError, match="tokens_per_program must be a positive integer, got 0"):
+        decode_attention(q, k, v, kv_len, tokens_per_program=0)
 
 
 def test_default_num_splits():

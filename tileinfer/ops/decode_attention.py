@@ -1,10 +1,14 @@
 """Split-KV attention for a few query tokens (decode, DFlash verify, DFlash drafter block).
 
-One launch, grid ``(num_kv_heads, num_splits)``: one program takes every query row of one KV head —
-all T tokens × the GQA group, padded to a ``tl.dot`` tile — over one contiguous share of the cache,
-and writes a partial output and its log-sum-exp; the last program of a KV head to finish (a counter per
-head, reset by that program) merges the head's partials by log-sum-exp, split by split in order, so
-the result does not depend on which program came last. Splits that start past the KV length leave at
+One launch, grid ``(num_kv_heads, num_splits, row_blocks)``: one program takes the query rows of one
+KV head for a block of tokens — ``tokens_per_program`` tokens × the GQA group, padded to a ``tl.dot``
+tile; all T tokens when there is one row block — over one contiguous share of the cache, and writes a
+partial output and its log-sum-exp; the last program of a KV head and row block to finish (a counter
+each, reset by that program) merges their partials by log-sum-exp, split by split in order, so the
+result does not depend on which program came last. Row blocks read a share's K/V once each (the later
+ones mostly from L2) and, causal, stop at their last token's position; what they buy is a smaller tile
+and a merge of their own rows only, where a block of 16 tokens would leave one program per head to
+merge 64 rows of every split. Splits that start past the KV length leave at
 once and are not waited for. ``kv_len`` is read on the device and
 ``num_splits`` is a runtime argument, so a captured CUDA graph replays for any cache length and a
 notebook can change the split count without recompiling. Reference: ``tileinfer.ops.attention.attention_ref``.
@@ -141,19 +145,19 @@ def _online_softmax_tile(
 
 @triton.jit
 def _merge_head(
-    MID_O, MID_LSE, OUT, kv_head, live_splits,
+    MID_O, MID_LSE, OUT, kv_head, token0, live_splits,
     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
-    NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_M: tl.constexpr,
-    UNROLL: tl.constexpr,
+    NUM_Q_TOKENS: tl.constexpr, TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    MERGE_M: tl.constexpr, UNROLL: tl.constexpr,
 ):
-    """For every query row of one KV head: out = Σ_s w_s o_s / Σ_s w_s with w_s = exp2(lse_s − m), split by
+    """For every query row of one KV head and tokens [token0, token0 + TOKENS): out = Σ_s w_s o_s / Σ_s w_s with w_s = exp2(lse_s − m), split by
     split in order against a running max m (the sums so far rescaled by exp2(m_old − m_new) when it grows;
     a split the row does not reach, lse = −inf, adds exact zeros). No first pass for the max: a split's
     loads do not wait on the sums, so UNROLL splits' partials are in flight at once. MERGE_M: the rows
-    (T × group) padded to a power of two, whatever the attention's query tile."""
+    (TOKENS × group) padded to a power of two, whatever the attention's query tile."""
     rows = tl.arange(0, MERGE_M)
-    row_valid = rows < NUM_Q_TOKENS * GROUP
-    token = rows // GROUP
+    token = token0 + rows // GROUP
+    row_valid = (rows < TOKENS * GROUP) & (token < NUM_Q_TOKENS)
     head = kv_head * GROUP + rows % GROUP
     offs_d = tl.arange(0, HEAD_DIM)
     o_ptrs = MID_O + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
@@ -190,7 +194,7 @@ def _split_kv_attention_kernel(
     stride_ls, stride_lt,
     stride_out_t, stride_out_h,
     stride_knt, stride_knh, stride_vnt, stride_vnh, stride_cs,
-    NUM_Q_TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    NUM_Q_TOKENS: tl.constexpr, TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MERGE_M: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
@@ -214,6 +218,7 @@ def _split_kv_attention_kernel(
     the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes)."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
+    token0 = tl.program_id(2) * TOKENS
     kv_len = tl.load(KV_LEN).to(tl.int32)  # set at the step's start, before the kernel before this one
     if split_size > 0:
         chunk = split_size
@@ -239,9 +244,13 @@ def _split_kv_attention_kernel(
         _prefetch_rows_l2(K + kv_head * stride_kh, start, ahead, stride_kn, BLOCK_N, LINES, HEAD_DIM // LINES)
         _prefetch_rows_l2(V + kv_head * stride_vh, start, ahead, stride_vn, BLOCK_N, LINES, HEAD_DIM // LINES)
     rows = tl.arange(0, BLOCK_M)
-    row_valid = rows < NUM_Q_TOKENS * GROUP
-    token = rows // GROUP
+    token = token0 + rows // GROUP
+    row_valid = (rows < TOKENS * GROUP) & (token < NUM_Q_TOKENS)
     head = kv_head * GROUP + rows % GROUP
+    if CAUSAL:  # keys past this program's last token are masked for all its rows: not read at all
+        loop_end = tl.minimum(end, kv_len - NUM_Q_TOKENS + tl.minimum(token0 + TOKENS, NUM_Q_TOKENS))
+    else:
+        loop_end = end
     if NORM_ROPE:
         # Positions, norm weights and RoPE rows are the step's inputs, not the kernel before's outputs:
         # loaded before the wait, so only the raw q/k/v loads stand between the wait and the cache writes.
@@ -294,7 +303,7 @@ def _split_kv_attention_kernel(
                                            block_shape=[BLOCK_N, HEAD_DIM])
         v_desc = tl.make_tensor_descriptor(V + kv_head * stride_vh, shape=[kv_len, HEAD_DIM], strides=[stride_vn, 1],
                                            block_shape=[BLOCK_N, HEAD_DIM])
-        for n0 in tl.range(start, end, BLOCK_N):
+        for n0 in tl.range(start, loop_end, BLOCK_N):
             m_i, l_i, acc = _online_softmax_tile(
                 q, k_desc.load([n0, 0]), v_desc.load([n0, 0]), n0 + offs_n, q_pos, end, m_i, l_i, acc, qk_scale,
                 MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
@@ -309,7 +318,7 @@ def _split_kv_attention_kernel(
             loop_start = start + BLOCK_N
         k_base = K + kv_head * stride_kh + offs_d[None, :]
         v_base = V + kv_head * stride_vh + offs_d[None, :]
-        for n0 in tl.range(loop_start, end, BLOCK_N):
+        for n0 in tl.range(loop_start, loop_end, BLOCK_N):
             n = n0 + offs_n
             m_i, l_i, acc = _online_softmax_step(
                 q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i,
@@ -325,12 +334,13 @@ def _split_kv_attention_kernel(
     # Every thread's partial stores come before the counter's release; the program that counts last
     # acquires them all, merges, and leaves the counter at 0 for the next launch (or graph replay).
     tl.debug_barrier()
-    arrived = tl.atomic_add(COUNTERS + kv_head, 1, sem="acq_rel")
+    counter = COUNTERS + kv_head * tl.num_programs(2) + tl.program_id(2)
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel")
     if arrived == live_splits - 1:
-        _merge_head(MID_O, MID_LSE, OUT, kv_head, live_splits,
+        _merge_head(MID_O, MID_LSE, OUT, kv_head, token0, live_splits,
                     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
-                    NUM_Q_TOKENS, GROUP, HEAD_DIM, MERGE_M, MERGE_UNROLL)
-        tl.atomic_xchg(COUNTERS + kv_head, 0, sem="relaxed")
+                    NUM_Q_TOKENS, TOKENS, GROUP, HEAD_DIM, MERGE_M, MERGE_UNROLL)
+        tl.atomic_xchg(counter, 0, sem="relaxed")
 
 
 @dataclass(frozen=True)
@@ -394,7 +404,7 @@ def _descriptor_scratch(size: int, alignment: int, stream):
 
 
 def merge_rows(num_q_tokens: int, group: int) -> int:
-    """The merge's row tile: the head's query rows (T × group) padded to a power of two."""
+    """The merge's row tile: the query rows of a head and row block (tokens × group) padded to a power of two."""
     return triton.next_power_of_2(num_q_tokens * group)
 
 
@@ -416,7 +426,7 @@ def decode_attention(
     q, k_cache, v_cache, kv_len: torch.Tensor, causal: bool = True, num_splits: int = 8, scale=None,
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
     num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
-    tma: bool | None = None, early_kv: bool = False,
+    tma: bool | None = None, early_kv: bool = False, tokens_per_program: int | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -435,6 +445,9 @@ def decode_attention(
     ``early_kv``: the cache rows before the step's tokens were written by an earlier step, not by a kernel
     this step launched, so each program reads the first block of its share before PDL's wait (not with
     TMA); the step's own rows are read after it. The output's bits are the same either way.
+    ``tokens_per_program``: query tokens a program takes (row blocks of the grid; default the GPU
+    section's "tokens_per_program", else all T); all T where ``block_m`` or ``step_kv`` is given: exact
+    mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -464,12 +477,20 @@ def decode_attention(
     num_q_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
-    rows = num_q_tokens * group
+    if tokens_per_program is None:
+        tokens_per_program = tuned.get("tokens_per_program", MAX_STEP_TOKENS)
+    if not isinstance(tokens_per_program, int) or tokens_per_program < 1:
+        raise ConfigError(f"tokens_per_program must be a positive integer, got {tokens_per_program!r}")
+    if block_m is not None or step_kv is not None:
+        tokens_per_program = num_q_tokens
+    tokens = min(tokens_per_program, num_q_tokens)
+    row_blocks = triton.cdiv(num_q_tokens, tokens)
+    rows = tokens * group
     if block_m is None:
         block_m = max(16, triton.next_power_of_2(rows))
     if rows > block_m or block_m > 128:
         raise ConfigError(
-            f"decode_attention takes at most 128 query rows per KV head (T × group), got {num_q_tokens} × {group}"
+            f"decode_attention takes at most 128 query rows per program (tokens × group), got {tokens} × {group}"
             f"{f' for a tile of {block_m}' if block_m < 128 else ''}; use prefill_attention for longer query blocks"
         )
     if block_m >= 128 and not warps_given:
@@ -477,18 +498,18 @@ def decode_attention(
     if scale is None:
         scale = head_dim**-0.5
     dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    merge_m = merge_rows(num_q_tokens, group)
+    merge_m = merge_rows(tokens, group)
 
     mid_o = torch.empty((num_splits, num_q_tokens, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((num_splits, num_q_tokens, num_q_heads), dtype=torch.float32, device=q.device)
     out = torch.empty((num_q_tokens, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
-    counters = arrival_counters(q.device, num_kv_heads)
+    counters = arrival_counters(q.device, num_kv_heads * row_blocks)
     new = step_kv or StepKV(q, q, q, q, q, kv_len, 0.0)  # without: stand-ins the kernel never reads
     if step_kv is not None:
         _check_step_kv(q, k_cache, step_kv)
 
     def launch(c: DecodeAttentionConfig):
-        _split_kv_attention_kernel[(num_kv_heads, num_splits)](
+        _split_kv_attention_kernel[(num_kv_heads, num_splits, row_blocks)](
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions,
             num_splits, split_size, scale * LOG2E, new.eps,
@@ -499,7 +520,7 @@ def decode_attention(
             mid_lse.stride(0), mid_lse.stride(1),
             out.stride(0), out.stride(1),
             new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1), new.cos_sin.stride(0),
-            NUM_Q_TOKENS=num_q_tokens, GROUP=group, HEAD_DIM=head_dim,
+            NUM_Q_TOKENS=num_q_tokens, TOKENS=tokens, GROUP=group, HEAD_DIM=head_dim,
             BLOCK_M=block_m, BLOCK_N=c.block_n, MERGE_M=merge_m,
             MERGE_UNROLL=merge_unroll(merge_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
@@ -509,7 +530,7 @@ def decode_attention(
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
-    key = ("decode_attention", num_q_tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal, cfg,
-           q.device, prefetch_rows, step_kv is not None, tma, early_kv)
+    key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
+           cfg, q.device, prefetch_rows, step_kv is not None, tma, early_kv)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
