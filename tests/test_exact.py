@@ -165,6 +165,27 @@ def test_triton_kernels_dflash_equals_greedy(tmp_path, weights):
     assert_dflash_equals_greedy(engine, cases, f"triton {weights}")
 
 
+def test_row_blocks_reach_the_steps_attention(tmp_path, monkeypatch):
+    """With the GPU section's row blocks (forced here on any device), a DFlash step's attention takes a
+    few tokens a program outside exact mode and all of them in exact mode; the tokens are greedy's."""
+    from tileinfer.ops import attention
+
+    target, draft = tiny_pair(tmp_path, dtype=torch.float32, num_layers=1, num_hidden_layers=2)
+    engine = tileinfer.load(target, draft=draft, backend="triton", exact=False)
+    plain = [engine.generate(ids, new, stop_ids=[], block_size=block).tokens
+             for ids, new, block in fuzz_cases(23, 2, 150, 24, 14, 16)]
+    monkeypatch.setattr(attention, "section", lambda device, name: {"row_blocks_below": 4096, "tokens_per_program": 3})
+    assert engine.step_shape(16, 1000, None, False).tokens_per_program == 3
+    assert engine.step_shape(16, 5000, None, False).tokens_per_program == 16
+    assert engine.step_shape(1, 1000, None, False).tokens_per_program == 1
+    engine.exact = True
+    assert engine.step_shape(16, 1000, None, False).tokens_per_program == 0
+    engine.exact = False
+    blocked = [engine.generate(ids, new, stop_ids=[], block_size=block).tokens
+               for ids, new, block in fuzz_cases(23, 2, 150, 24, 14, 16)]
+    assert blocked == plain
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
 @pytest.mark.parametrize("n,k", [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (151936, 2560)])

@@ -21,8 +21,8 @@ from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
 from tileinfer.models.qwen3 import Qwen3ForCausalLM
 from tileinfer.accept_profile import accept_schedule
-from tileinfer.ops.attention import (default_num_splits, exact_block_m, exact_grid_splits, exact_num_splits,
-                                     exact_split_size, max_num_splits)
+from tileinfer.ops.attention import (default_num_splits, default_tokens_per_program, exact_block_m, exact_grid_splits,
+                                     exact_num_splits, exact_split_size, max_num_splits)
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.ops.sample import sample_block
 from tileinfer.stats import Generation, GenerationStats
@@ -57,6 +57,7 @@ class StepShape:
     sample: bool = False     # speculative sampling instead of greedy verification
     filtered: bool = False   # top-k / top-p on (their sort is skipped otherwise)
     candidates: int = 0      # ... from each row's largest logits (SamplingParams.candidates), 0: a sort
+    tokens_per_program: int = 0  # query tokens of the block each attention program takes (0: all)
 
 
 @dataclass(slots=True)
@@ -155,7 +156,7 @@ class Engine:
         block_m = exact_block_m(c.num_attention_heads, c.num_key_value_heads) if shape.split_size and causal else None
         return AttentionContext(host_start + shape.size, kv_len_t, causal=causal, num_splits=shape.num_splits,
                                 split_size=shape.split_size if causal else 0, block_m=block_m,
-                                settled=causal)
+                                settled=causal, tokens_per_program=shape.tokens_per_program or None)
 
     def _draft(self, shape: StepShape, host_start: int):
         drafter, size = self.drafter, shape.size
@@ -410,7 +411,8 @@ class Engine:
         if not self.exact:
             if num_splits is None:
                 num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
-            return StepShape(size, num_splits, 0, forced, sample, filtered, candidates)
+            return StepShape(size, num_splits, 0, forced, sample, filtered, candidates,
+                             default_tokens_per_program(max_length, size, self.device))
         if num_splits is None:  # one split size for the whole request, whatever the step's size
             num_splits = exact_num_splits(max_length, max_num_splits(self.device))
         return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced,

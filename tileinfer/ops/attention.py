@@ -54,6 +54,20 @@ def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX
     return max(1, min(max_splits, kv_len // 256, 8 if kv_len < 8192 else max_splits))
 
 
+def default_tokens_per_program(max_length: int, num_q_tokens: int, device) -> int:
+    """Query tokens each ``decode_attention`` program takes in a step of `num_q_tokens` whose keys end at
+    `max_length`: the GPU section's "tokens_per_program" where the request stays below its
+    "row_blocks_below" length, else all of them (one program per KV head and split)."""
+    # H200, Qwen3-4B heads, bf16, 16 tokens, CUDA graph, µs at the split count default_num_splits gives
+    # (bench/results/attention_splits_h200.csv): 1k 4 splits: all 11.9, 4 a program 8.7; 2k 8 splits:
+    # 15.8 / 14.4; 8k 16 splits: 27.3 / 35.6 (past ~4k the row blocks' repeated K/V reads cost more than
+    # the smaller merges save).
+    tuned = section(device, "decode_attention")
+    if num_q_tokens > 1 and max_length < tuned.get("row_blocks_below", 0):
+        return min(num_q_tokens, tuned.get("tokens_per_program", num_q_tokens))
+    return num_q_tokens
+
+
 def exact_num_splits(max_length: int, max_splits: int = MAX_NUM_SPLITS) -> int:
     """The split count exact mode starts from (``exact_split_size``), the same for steps of 1 and of 16
     tokens: it gives splits of about 256 positions at 1k and 512 from 4k on, the best of both step sizes."""

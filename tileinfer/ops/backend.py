@@ -22,6 +22,7 @@ class AttentionContext:
     split_size: int = 0              # > 0: splits at fixed multiples of it (exact mode), else even shares
     block_m: int | None = None       # the query tile of the decode kernel, fixed in exact mode
     settled: bool = False            # rows before this call's were cached by an earlier step (`early_kv`)
+    tokens_per_program: int | None = None  # query tokens a decode-kernel program takes (None: all)
 
 
 def _switch(name: str, default: str = "1") -> bool:
@@ -201,5 +202,6 @@ class Ops:
             return self.attention_ref(q, k_cache, v_cache, ctx.kv_len, ctx.causal)
         if ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
-                                split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled)
+                                split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
+                                tokens_per_program=ctx.tokens_per_program)
         return self._prefill(q, k_cache, v_cache, ctx.kv_len, ctx.causal)

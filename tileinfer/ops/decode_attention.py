@@ -445,9 +445,9 @@ def decode_attention(
     ``early_kv``: the cache rows before the step's tokens were written by an earlier step, not by a kernel
     this step launched, so each program reads the first block of its share before PDL's wait (not with
     TMA); the step's own rows are read after it. The output's bits are the same either way.
-    ``tokens_per_program``: query tokens a program takes (row blocks of the grid; default the GPU
-    section's "tokens_per_program", else all T); all T where ``block_m`` or ``step_kv`` is given: exact
-    mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
+    ``tokens_per_program``: query tokens a program takes (row blocks of the grid; default all T, the
+    engine's choice is ``attention.default_tokens_per_program``); all T where ``block_m`` or ``step_kv`` is
+    given: exact mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -478,7 +478,7 @@ def decode_attention(
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
     if tokens_per_program is None:
-        tokens_per_program = tuned.get("tokens_per_program", MAX_STEP_TOKENS)
+        tokens_per_program = num_q_tokens
     if not isinstance(tokens_per_program, int) or tokens_per_program < 1:
         raise ConfigError(f"tokens_per_program must be a positive integer, got {tokens_per_program!r}")
     if block_m is not None or step_kv is not None:
