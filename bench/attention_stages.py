@@ -32,7 +32,7 @@ _MERGE = "if arrived == live_splits - 1:"
 REWRITES = {
     "base": [],
     "nomerge": [(_MERGE, "if arrived == -1:")],
-    "nocounter": [('arrived = tl.atomic_add(COUNTERS + kv_head, 1, sem="acq_rel")', "arrived = -2"),
+    "nocounter": [('arrived = tl.atomic_add(counter, 1, sem="acq_rel")', "arrived = -2"),
                   (_MERGE, "if arrived == -1:")],
     "noload": [("k = tl.load(k_ptrs, mask=n_valid[:, None], other=0.0)", "k = (k_ptrs.to(tl.int64) * 0).to(tl.bfloat16)"),
                ("v = tl.load(v_ptrs, mask=n_valid[:, None], other=0.0)", "v = (v_ptrs.to(tl.int64) * 0).to(tl.bfloat16)")],
