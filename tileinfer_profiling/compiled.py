@@ -49,6 +49,7 @@ PIPES = {
     "shuffle": (1, ("SHFL",)),
 }
 CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
+AT_1K = ", 1k"  # ... and sites at the 1k point, where a block's rows split over programs (row blocks)
 STEP_KV = " + q/k norm, RoPE, KV write"  # decode steps with TILEINFER_STEP_KV=1
 SAMPLING = ("", " top-k/p")  # a sampling step: T > 0 alone, and with top-k / top-p
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
@@ -102,6 +103,7 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case("silu_mul", f"{chunk}x{s.intermediate}", chunk)]  # steps fuse it into the gate_up GEMM
     out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
+    out += [Case(f"{who} attention{AT_1K}", f"q16 {heads}/{kv}x{hd}", 16) for who in ("decode", "drafter")]
     out += [Case(f"decode attention{STEP_KV}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case(f"drafter attention{STEP_KV}", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
@@ -362,6 +364,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
 
     from tileinfer.ops import (commit, decode_attention, dequant, embedding, prefill_attention, rmsnorm, rope,
                                skinny_gemm, swiglu, w8a16_gemm)
+    from tileinfer.ops import attention
     from tileinfer.ops.attention import MAX_STEP_TOKENS, default_num_splits
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
     from tileinfer.ops.tuning import gpu_configs
@@ -440,12 +443,13 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         commit.commit(ids(16), ids(16), t, ids(17), ids(1), ids(1))
         return ""
     q = torch.empty(t, heads, hd, dtype=bf16)
-    cache = torch.empty(CONTEXT + t, kv, hd, dtype=bf16)
+    context = POINTS["1k"].prompt_tokens if case.op.endswith(AT_1K) else CONTEXT
+    cache = torch.empty(context + t, kv, hd, dtype=bf16)
     if case.op == "prefill attention":
         tiles = prefill_attention.tuned_tiles(gpu_configs(gpu).get("prefill_attention", {}), t)
         prefill_attention.prefill_attention(q, cache, torch.empty_like(cache), t, causal=True, **tiles)
         return json.dumps(tiles, sort_keys=True)
-    kv_len = torch.tensor([CONTEXT + t], dtype=torch.int32)
+    kv_len = torch.tensor([context + t], dtype=torch.int32)
     step_kv = None
     if case.op.endswith(STEP_KV):  # the step's raw q/k/v, views of one qkv projection output
         qkv = torch.empty(t, (heads + 2 * kv) * hd, dtype=bf16)
@@ -453,11 +457,17 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         step_kv = decode_attention.StepKV(
             qkv[:, heads * hd: (heads + kv) * hd].view(t, kv, hd), qkv[:, (heads + kv) * hd:].view(t, kv, hd),
             torch.empty(hd, dtype=bf16), torch.empty(hd, dtype=bf16),
-            torch.empty(CONTEXT + t, hd, dtype=torch.float32), torch.zeros(t, dtype=torch.int64), 1e-6)
+            torch.empty(context + t, hd, dtype=torch.float32), torch.zeros(t, dtype=torch.int64), 1e-6)
+    own_section, attention.section = attention.section, lambda device, kernel: gpu_configs(gpu).get(kernel, {})
+    try:  # the target GPU's row blocks, not the CPU's
+        per_program = attention.default_tokens_per_program(context + t, t, None)
+    finally:
+        attention.section = own_section
     decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
                                       causal=case.op.startswith("decode attention"),
-                                      num_splits=default_num_splits(CONTEXT + t, t), step_kv=step_kv)
-    return ""
+                                      num_splits=default_num_splits(context + t, t), step_kv=step_kv,
+                                      tokens_per_program=per_program)
+    return json.dumps({"tokens_per_program": per_program}) if per_program < t and step_kv is None else ""
 
 
 def main(argv=None) -> None:
