@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tileinfer_profiling.cli import main
-from tileinfer_profiling.compiled import (STEP_KV, _SASS, cases, compile_cases, gemm_variants, main_loop, occupancy,
+from tileinfer_profiling.compiled import (AT_1K, STEP_KV, _SASS, cases, compile_cases, gemm_variants, main_loop, occupancy,
                                           wgmma_ring_depths)
 from tileinfer.ops.gemm_configs import GemmConfig
 
@@ -81,10 +81,15 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     assert (mains["loop_instructions"] > 0).all() and (mains["byte_floor_us"] > 0).all()
     assert (mains["instruction_floor_us"] >= mains["issue_floor_us"]).all()
     attention = table[table["kernel"] == "_split_kv_attention_kernel"]
-    # decode, verify and drafter blocks, each also with the step's Q/K norms, RoPE and KV write inside
-    assert len(attention) == 6 and (attention["instruction_floor_us"] > 0).all()
+    # decode, verify and drafter blocks, each also with the step's Q/K norms, RoPE and KV write inside; the
+    # verify and drafter blocks again at 1k, where the H200 splits a block's tokens over programs
+    assert len(attention) == 8 and (attention["instruction_floor_us"] > 0).all()
     assert attention["op"].str.endswith(STEP_KV).sum() == 3
-    kv_bytes = 2 * (8192 + attention["m"]) * 8 * 128 * 2  # K and V of 8 KV heads over the 8k cache + block
+    short = attention["op"].str.endswith(AT_1K)
+    assert short.sum() == 2 and set(attention[short]["config"]) == {json.dumps({"tokens_per_program": 4})}
+    assert set(attention[~short]["config"]) == {""}
+    context = short.map({True: 1024, False: 8192})
+    kv_bytes = 2 * (context + attention["m"]) * 8 * 128 * 2  # K and V of 8 KV heads over the cache + block
     assert (attention["byte_floor_us"] - kv_bytes / 4.19e6).abs().max() < 1e-6
     # BF16 decode GEMMs need well under their byte floor's time to issue their instructions
     bf16 = mains[(mains["m"] <= 16) & (mains["kind"] == "bf16")]
