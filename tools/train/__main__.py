@@ -1,4 +1,4 @@
-"""python -m tools.train data|train … (see tools/train/README.md)."""
+"""python -m tools.train data|train|blend … (see tools/train/README.md)."""
 
 import argparse
 import json
@@ -200,6 +200,37 @@ def cmd_train(args):
           f"{results['target_eval']}; drafter {results['drafter_params'] / 1e6:.2f} M, {results['drafter_train_seconds']} s")
 
 
+def cmd_blend(args):
+    """Two drafters of one shape averaged weight by weight: (1 - weight) · a + weight · b, in fp32, stored in
+    bf16 beside a's config.json (e.g. a drafter continued on new data, blended back toward the one it
+    started from)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    if not 0.0 <= args.weight <= 1.0:
+        raise SystemExit(f"--weight {args.weight}: the share of --b must lie in [0, 1]")
+    dirs = {"--a": Path(args.a), "--b": Path(args.b)}
+    for flag, d in dirs.items():
+        if not (d / "model.safetensors").is_file() or not (d / "config.json").is_file():
+            raise SystemExit(f"{flag} {d}: not a drafter directory (model.safetensors and config.json)")
+    configs = {flag: json.loads((d / "config.json").read_text()) for flag, d in dirs.items()}
+    if configs["--a"] != configs["--b"]:
+        differ = sorted(k for k in configs["--a"].keys() | configs["--b"].keys()
+                        if configs["--a"].get(k) != configs["--b"].get(k))
+        raise SystemExit(f"--a and --b are drafters of different configs ({', '.join(differ)} differ)")
+    a, b = (load_file(str(d / "model.safetensors")) for d in dirs.values())
+    if a.keys() != b.keys() or any(a[k].shape != b[k].shape for k in a):
+        names = sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or a[k].shape != b[k].shape)
+        raise SystemExit(f"--a and --b hold different tensors: {', '.join(names[:5])}")
+    blended = {k: ((1.0 - args.weight) * a[k].float() + args.weight * b[k].float()).to(torch.bfloat16).contiguous()
+               for k in a}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(blended, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text((dirs["--a"] / "config.json").read_text())
+    print(f"{out}: {1 - args.weight:g} × {args.a} + {args.weight:g} × {args.b}, {len(blended)} tensors")
+
+
 def main(argv=None):
     from tools.train.data import SEQ_LENS
 
@@ -253,8 +284,13 @@ def main(argv=None):
     t.add_argument("--max-new-tokens", type=int, default=128)
     t.add_argument("--split-mib", type=int, default=15, help="split pair.tar into parts (0: keep whole)")
     t.add_argument("--seed", type=int, default=0)
+    b = sub.add_parser("blend", help="two drafters averaged weight by weight (CPU)")
+    b.add_argument("--a", required=True, help="a drafter directory")
+    b.add_argument("--b", required=True, help="another drafter of the same config")
+    b.add_argument("--weight", type=float, default=0.5, help="the share of --b")
+    b.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    {"data": cmd_data, "train": cmd_train}[args.cmd](args)
+    {"data": cmd_data, "train": cmd_train, "blend": cmd_blend}[args.cmd](args)
 
 
 if __name__ == "__main__":
