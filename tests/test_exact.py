@@ -167,7 +167,8 @@ def test_triton_kernels_dflash_equals_greedy(tmp_path, weights):
 
 def test_row_blocks_reach_the_steps_attention(tmp_path, monkeypatch):
     """With the GPU section's row blocks (forced here on any device), a DFlash step's attention takes a
-    few tokens a program outside exact mode and all of them in exact mode; the tokens are those it decodes without them."""
+    few tokens a program outside exact mode and all of them in exact mode; the tokens are those it decodes
+    without them."""
     from tileinfer.ops import attention
 
     target, draft = tiny_pair(tmp_path, dtype=torch.float32, num_layers=1, num_hidden_layers=2)
