@@ -150,9 +150,10 @@ def _merge_head(
     NUM_Q_TOKENS: tl.constexpr, TOKENS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     MERGE_M: tl.constexpr, UNROLL: tl.constexpr,
 ):
-    """For every query row of one KV head and tokens [token0, token0 + TOKENS): out = Σ_s w_s o_s / Σ_s w_s with w_s = exp2(lse_s − m), split by
-    split in order against a running max m (the sums so far rescaled by exp2(m_old − m_new) when it grows;
-    a split the row does not reach, lse = −inf, adds exact zeros). No first pass for the max: a split's
+    """For every query row of one KV head and of tokens [token0, token0 + TOKENS):
+    out = Σ_s w_s o_s / Σ_s w_s with w_s = exp2(lse_s − m), split by split in order against a running max m
+    (the sums so far rescaled by exp2(m_old − m_new) when it grows; a split the row does not reach,
+    lse = −inf, adds exact zeros). No first pass for the max: a split's
     loads do not wait on the sums, so UNROLL splits' partials are in flight at once. MERGE_M: the rows
     (TOKENS × group) padded to a power of two, whatever the attention's query tile."""
     rows = tl.arange(0, MERGE_M)
