@@ -59,7 +59,7 @@ def default_tokens_per_program(max_length: int, num_q_tokens: int, device) -> in
     `max_length`: the GPU section's "tokens_per_program" where the request stays below its
     "row_blocks_below" length, else all of them (one program per KV head and split)."""
     # H200, Qwen3-4B heads, bf16, 16 tokens, CUDA graph, µs at the split count default_num_splits gives
-    # (bench/results/attention_splits_h200.csv): 1k 4 splits: all 11.9, 4 a program 8.7; 2k 8 splits:
+    # (bench/results/attention_row_blocks_h200.csv): 1k 4 splits: all 11.9, 4 a program 8.7; 2k 8 splits:
     # 15.8 / 14.4; 8k 16 splits: 27.3 / 35.6 (past ~4k the row blocks' repeated K/V reads cost more than
     # the smaller merges save).
     tuned = section(device, "decode_attention")
