@@ -25,13 +25,15 @@ from tileinfer_profiling.prompts import POINTS as PROMPT_POINTS  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 
-# prompt tokens: the benchmark's points, a long one, and one for the tiny preset's context
-POINTS = {name: p.prompt_tokens for name, p in PROMPT_POINTS.items()} | {"32k": 32768, "tiny": 200}
+# prompt tokens: the benchmark's points, the lengths between them where the attention's row blocks end, a long
+# one, and one for the tiny preset's context
+POINTS = ({name: p.prompt_tokens for name, p in PROMPT_POINTS.items()}
+          | {"2k": 2048, "4k": 4096, "32k": 32768, "tiny": 200})
 
 
 def replayed(point):
     """Tokens per step a DFlash step replays at `point`: TileInfer's in the comparison (edit and explain at
-    1k; the edit at 8k, which also stands for longer prompts); 3 on the tiny preset's prompts."""
+    1k; the edit at 8k, which stands for the other points); 3 on the tiny preset's prompts."""
     if point == "tiny":
         return (3.0,)
     if point == "1k":

@@ -260,6 +260,28 @@ def test_default_tokens_per_program_follows_the_gpu_section(monkeypatch):
     assert attention.default_tokens_per_program(1024, 3, "cpu") == 3
 
 
+def test_row_blocks_bound_their_split_count():
+    from tileinfer.ops.attention import SplitPolicy
+    free = SplitPolicy(row_blocks_below=4096, tokens_per_program=4)
+    bound = SplitPolicy(row_blocks_below=4096, tokens_per_program=4, row_block_max_splits=4)
+    assert [free.num_splits(n, 16) for n in (1024, 2048, 4096, 8192)] == [4, 8, 8, 16]
+    assert [bound.num_splits(n, 16) for n in (1024, 2048, 4095, 4096, 8192)] == [4, 4, 4, 8, 16]
+    assert bound.num_splits(2048, 1) == free.num_splits(2048, 1) == 16  # one token: no row blocks, no bound
+    assert SplitPolicy(row_block_max_splits=4).num_splits(2048, 16) == 8  # no row blocks: no bound
+    assert SplitPolicy(max_splits=2, row_blocks_below=4096, tokens_per_program=4,
+                       row_block_max_splits=4).num_splits(2048, 16) == 2
+
+
+def test_split_policy_reads_the_gpu_section(monkeypatch):
+    from tileinfer.ops import attention
+    monkeypatch.setattr(attention, "section", lambda device, name: {})
+    assert attention.SplitPolicy.of("cpu") == attention.SplitPolicy()
+    monkeypatch.setattr(attention, "section", lambda device, name: {
+        "max_num_splits": 12, "row_blocks_below": 4096, "tokens_per_program": 4, "row_block_max_splits": 4})
+    assert attention.SplitPolicy.of("cpu") == attention.SplitPolicy(12, 4096, 4, 4)
+    assert attention.max_num_splits("cpu") == 12
+
+
 def test_default_num_splits():
     assert default_num_splits(1) == 1
     for kv_len in (1, 100, 1024, 8192, 32768, 131072):

@@ -7,12 +7,14 @@ import torch
 
 import tileinfer
 from tests.helpers import tiny_pair
+from tileinfer.memory import MemoryModel
 from tileinfer.ops.attention import attention_ref, exact_block_m, exact_grid_splits, exact_split_size
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.decode_attention import decode_attention
 from tileinfer.ops.linear import Linear, linear, linear_rows_ref, quantize_linear
 from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
+
 
 GEMM_SHAPES = [(48, 96), (100, 130), (40, 320)]  # the last splits K
 
@@ -179,6 +181,13 @@ def test_row_blocks_reach_the_steps_attention(tmp_path, monkeypatch):
     assert engine.step_shape(16, 1000, None, False).tokens_per_program == 3
     assert engine.step_shape(16, 5000, None, False).tokens_per_program == 16
     assert engine.step_shape(1, 1000, None, False).tokens_per_program == 1
+    monkeypatch.setattr(attention, "section", lambda device, name: {
+        "row_blocks_below": 4096, "tokens_per_program": 3, "row_block_max_splits": 2})
+    assert [engine.step_shape(16, n, None, False).num_splits for n in (1000, 3000, 5000)] == [2, 2, 8]
+    assert engine.step_shape(1, 3000, None, False).num_splits == 16
+    assert engine.step_shape(16, 3000, 5, False).num_splits == 5  # a split count asked for stands
+    activations = MemoryModel.from_engine(engine).activations
+    assert [activations.splits.num_splits(n, t) for n, t in ((1000, 16), (5000, 16), (3000, 1))] == [2, 8, 16]
     engine.exact = True
     assert engine.step_shape(16, 1000, None, False).tokens_per_program == 0
     engine.exact = False

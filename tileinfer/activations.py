@@ -26,7 +26,7 @@ from math import prod
 
 import torch
 
-from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits, exact_grid_splits, exact_num_splits
+from tileinfer.ops.attention import SplitPolicy, exact_grid_splits, exact_num_splits
 from tileinfer.ops.backend import fused_layer, gemv
 from tileinfer.ops.linear import DEQUANT_MIN_M, SKINNY_MAX_M
 from tileinfer.ops.sample import buffers as sample_buffers
@@ -50,7 +50,7 @@ class ActivationModel:
     exact: bool                # exact mode (tileinfer.ops.backend.Ops)
     cuda: bool
     prefill_chunk: int
-    max_num_splits: int = MAX_NUM_SPLITS  # the engine's split-count limit on its GPU
+    splits: SplitPolicy = SplitPolicy()  # how the engine's GPU cuts a step's attention
     fused_layers: bool = False  # Ops.fuse_norms (which steps it fuses: backend.fused_layer)
     fused_gemms: bool = False   # Ops.folds_norm_weights: ... with the norms and adds inside our GEMMs
     step_kv: bool = False       # Ops.step_kv: decode steps' Q/K norms, RoPE and KV write in the attention
@@ -327,9 +327,9 @@ class ActivationModel:
             return kv + max(b(kv_len, hk, d, e=4) if self.elem != 4 else 0, scores + 2 * b(t, hq, d, e=4))
         if decode:  # split-KV: partial outputs and log-sum-exps of every split, in fp32
             if self.exact:  # the step's exact grid, the drafter's (even shares, not causal) as the verify's
-                splits = exact_grid_splits(exact_num_splits(max_length, self.max_num_splits))
+                splits = exact_grid_splits(exact_num_splits(max_length, self.splits.max_splits))
             else:
-                splits = default_num_splits(max_length, t, self.max_num_splits)
+                splits = self.splits.num_splits(max_length, t)
             return out + b(splits, t, hq, d, e=4) + b(splits, t, hq, e=4)
         return out
 

@@ -21,8 +21,8 @@ from tileinfer.kv_cache import KVCache
 from tileinfer.models.dflash import DFlashDrafter
 from tileinfer.models.qwen3 import Qwen3ForCausalLM
 from tileinfer.accept_profile import accept_schedule
-from tileinfer.ops.attention import (default_num_splits, default_tokens_per_program, exact_block_m, exact_grid_splits,
-                                     exact_num_splits, exact_split_size, max_num_splits)
+from tileinfer.ops.attention import (SplitPolicy, exact_block_m, exact_grid_splits, exact_num_splits,
+                                     exact_split_size, max_num_splits)
 from tileinfer.ops.backend import AttentionContext
 from tileinfer.ops.sample import sample_block
 from tileinfer.stats import Generation, GenerationStats
@@ -409,10 +409,11 @@ class Engine:
                    filtered: bool = False, candidates: int = 0) -> StepShape:
         """The shape of a step of `size` tokens in a request whose tokens end at `max_length`."""
         if not self.exact:
+            policy = SplitPolicy.of(self.device)
             if num_splits is None:
-                num_splits = default_num_splits(max_length, size, max_num_splits(self.device))
+                num_splits = policy.num_splits(max_length, size)
             return StepShape(size, num_splits, 0, forced, sample, filtered, candidates,
-                             default_tokens_per_program(max_length, size, self.device))
+                             policy.per_program(max_length, size))
         if num_splits is None:  # one split size for the whole request, whatever the step's size
             num_splits = exact_num_splits(max_length, max_num_splits(self.device))
         return StepShape(size, exact_grid_splits(num_splits), exact_split_size(max_length, num_splits), forced,

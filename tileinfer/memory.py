@@ -22,7 +22,7 @@ from tileinfer import byte_model, prefill_graph
 from tileinfer.activations import ActivationModel
 from tileinfer.errors import RequestError
 from tileinfer.kv_cache import KV_GRANULE
-from tileinfer.ops.attention import max_num_splits
+from tileinfer.ops.attention import SplitPolicy
 from tileinfer.ops.backend import Ops
 from tileinfer.shapes import DrafterShape, ModelShape
 
@@ -82,7 +82,7 @@ class MemoryModel:
                                num_taps=len(engine.tap_ids), elem=engine.target.dtype.itemsize,
                                int8=engine.weights == "int8", backend=engine.backend, exact=engine.exact,
                                cuda=engine.is_cuda, prefill_chunk=engine.prefill_chunk,
-                               max_num_splits=max_num_splits(engine.device),
+                               splits=SplitPolicy.of(engine.device),
                                fused_layers=engine.ops.fuse_norms, fused_gemms=engine.ops.folds_norm_weights,
                                step_kv=engine.ops.step_kv, fused_argmax=engine.ops.fused_argmax,
                                max_positions=c.max_position_embeddings)

@@ -364,8 +364,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
 
     from tileinfer.ops import (commit, decode_attention, dequant, embedding, prefill_attention, rmsnorm, rope,
                                skinny_gemm, swiglu, w8a16_gemm)
-    from tileinfer.ops import attention
-    from tileinfer.ops.attention import MAX_STEP_TOKENS, default_num_splits
+    from tileinfer.ops.attention import MAX_STEP_TOKENS, SplitPolicy
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
     from tileinfer.ops.tuning import gpu_configs
 
@@ -458,14 +457,11 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
             qkv[:, heads * hd: (heads + kv) * hd].view(t, kv, hd), qkv[:, (heads + kv) * hd:].view(t, kv, hd),
             torch.empty(hd, dtype=bf16), torch.empty(hd, dtype=bf16),
             torch.empty(context + t, hd, dtype=torch.float32), torch.zeros(t, dtype=torch.int64), 1e-6)
-    own_section, attention.section = attention.section, lambda device, kernel: gpu_configs(gpu).get(kernel, {})
-    try:  # the target GPU's row blocks, not the CPU's
-        per_program = attention.default_tokens_per_program(context + t, t, None)
-    finally:
-        attention.section = own_section
+    policy = SplitPolicy.from_section(gpu_configs(gpu).get("decode_attention", {}))  # the target GPU's
+    per_program = policy.per_program(context + t, t)
     decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
                                       causal=case.op.startswith("decode attention"),
-                                      num_splits=default_num_splits(context + t, t), step_kv=step_kv,
+                                      num_splits=policy.num_splits(context + t, t), step_kv=step_kv,
                                       tokens_per_program=per_program)
     return json.dumps({"tokens_per_program": per_program}) if per_program < t and step_kv is None else ""
 

@@ -9,6 +9,8 @@ Layout shared by every attention kernel of TileInfer:
 - Softmax in fp32; the output is ``[T, num_q_heads, head_dim]``, contiguous, in q's dtype.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from tileinfer.ops.tuning import section
@@ -36,7 +38,7 @@ def attention_ref(q, k_cache, v_cache, kv_len: int, causal: bool = True, scale: 
 
 def max_num_splits(device) -> int:
     """The split-count limit of the GPU's "decode_attention" configs (see tuning.py), else MAX_NUM_SPLITS."""
-    return section(device, "decode_attention").get("max_num_splits", MAX_NUM_SPLITS)
+    return SplitPolicy.of(device).max_splits
 
 
 def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX_NUM_SPLITS) -> int:
@@ -56,16 +58,48 @@ def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX
 
 def default_tokens_per_program(max_length: int, num_q_tokens: int, device) -> int:
     """Query tokens each ``decode_attention`` program takes in a step of `num_q_tokens` whose keys end at
-    `max_length`: the GPU section's "tokens_per_program" where the request stays below its
-    "row_blocks_below" length, else all of them (one program per KV head and split)."""
-    # H200, Qwen3-4B heads, bf16, 16 tokens, CUDA graph, µs at the split count default_num_splits gives
-    # (bench/results/attention_row_blocks_h200.csv): 1k 4 splits: all 11.9, 4 a program 8.7; 2k 8 splits:
-    # 15.8 / 14.4; 8k 16 splits: 27.3 / 35.6 (past ~4k the row blocks' repeated K/V reads cost more than
-    # the smaller merges save).
-    tuned = section(device, "decode_attention")
-    if num_q_tokens > 1 and max_length < tuned.get("row_blocks_below", 0):
-        return min(num_q_tokens, tuned.get("tokens_per_program", num_q_tokens))
-    return num_q_tokens
+    `max_length` on `device` (`SplitPolicy.per_program`)."""
+    return SplitPolicy.of(device).per_program(max_length, num_q_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitPolicy:
+    """How a step's attention is cut outside exact mode, from the GPU's "decode_attention" section:
+    `max_splits` ("max_num_splits"); below `row_blocks_below` positions a step of several tokens gives
+    each program `tokens_per_program` of them and at most `row_block_max_splits` splits (None: no bound
+    of its own). The engine picks its steps' shapes from it and the activation model sizes their partials."""
+    max_splits: int = MAX_NUM_SPLITS
+    row_blocks_below: int = 0
+    tokens_per_program: int | None = None
+    row_block_max_splits: int | None = None
+
+    @classmethod
+    def of(cls, device) -> "SplitPolicy":
+        return cls.from_section(section(device, "decode_attention"))
+
+    @classmethod
+    def from_section(cls, tuned: dict) -> "SplitPolicy":
+        return cls(tuned.get("max_num_splits", MAX_NUM_SPLITS), tuned.get("row_blocks_below", 0),
+                   tuned.get("tokens_per_program"), tuned.get("row_block_max_splits"))
+
+    def per_program(self, max_length: int, num_q_tokens: int) -> int:
+        """Query tokens a program takes: `tokens_per_program` where the request stays below
+        `row_blocks_below`, else all of them (one program per KV head and split)."""
+        # H200, Qwen3-4B heads, bf16, 16 tokens, CUDA graph, µs at the split count default_num_splits gives
+        # (bench/results/attention_row_blocks_h200.csv): 1k 4 splits: all 11.9, 4 a program 8.7; 2k 8 splits:
+        # 15.8 / 14.4; 8k 16 splits: 27.3 / 35.6 (past ~4k the row blocks' repeated K/V reads cost more than
+        # the smaller merges save).
+        if num_q_tokens > 1 and max_length < self.row_blocks_below and self.tokens_per_program:
+            return min(num_q_tokens, self.tokens_per_program)
+        return num_q_tokens
+
+    def num_splits(self, max_length: int, num_q_tokens: int) -> int:
+        """`default_num_splits` under `max_splits`, and under `row_block_max_splits` where row blocks cut
+        the step (at 2k, 16 tokens in blocks of 4: 8 splits 14.4 µs, 4 splits 12.6)."""
+        limit = self.max_splits
+        if self.row_block_max_splits and self.per_program(max_length, num_q_tokens) < num_q_tokens:
+            limit = min(limit, self.row_block_max_splits)
+        return default_num_splits(max_length, num_q_tokens, limit)
 
 
 def exact_num_splits(max_length: int, max_splits: int = MAX_NUM_SPLITS) -> int:
