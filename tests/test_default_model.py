@@ -1,5 +1,5 @@
 """The embedded default pair: it loads, generates deterministically, DFlash is lossless on it, and its
-acceptance on the stored benchmark prompts stays near what was measured (14.1 and 15.0 tokens per step
+acceptance on the stored benchmark prompts stays near what was measured (15.9 and 15.0 tokens per step
 on the 1k edit and explain of seed 0, MODEL.md): an engine change that breaks acceptance fails here."""
 
 import pytest
