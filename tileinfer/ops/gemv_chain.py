@@ -1,0 +1,199 @@
+"""A decoder's chain of one-token projections in one persistent launch, phases parted by grid barriers.
+
+A plain decode step is a chain of GEMVs — per layer qkv, o, gate_up and down, each reading the output of
+the one before — and every launch of the chain pays its ramp-up and tail: ~17 µs a layer beyond the bytes
+on the H200 (bench/results/floor_h200.csv), with PDL. This kernel runs the whole chain in one launch of
+resident programs: each phase's row tiles are dealt round-robin over the grid, and a grid barrier (an
+arrival counter and a generation number, tileinfer.ops.counters scratch, left as found) stands between
+phases. Before it waits at a barrier, a program asks L2 for the first K-blocks of the rows it computes in
+the next phase: weights do not depend on the activations, so they stream in while the slowest program of
+the grid finishes. `bench/persistent_chain.py` weighs it against the same chain of launched skinny GEMMs
+in a CUDA graph with PDL, and against the byte floor: the measure of what a persistent decode step can win.
+
+Layout: weights of one kind stacked over layers, `w_qkv [L, N_qkv, H]`, `w_o [L, H, K_o]`, `w_gate_up [L,
+N_gu, H]`, `w_down [L, H, K_d]`, bf16; phase p of a layer reads the first K columns' worth of the previous
+phase's output (qkv → o reads q's K_o entries; gate_up → down reads K_d entries), so the data flow of a
+decoder layer is kept without attention, norms or the activation. The programs must all be resident at
+once (the grid is at most the GPU's SMs); under the Triton interpreter, which runs programs one by one,
+each phase is its own launch and there are no barriers. Reference: `gemv_chain_ref`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tileinfer.ops import INTERPRET
+from tileinfer.ops.counters import grid_barrier_words
+from tileinfer.ops.pdl import prefetch_l2
+
+BARRIER_GEN: tl.constexpr = tl.constexpr(32)  # the generation's word: a 128-byte line after the count's
+BARRIER_STALL: tl.constexpr = tl.constexpr(48)  # raised by a program that gave up waiting
+MAX_SPINS: tl.constexpr = tl.constexpr(1 << 22)
+
+
+def barrier_stalled(device) -> bool:
+    """Whether a grid barrier on `device` gave up waiting since the last call (which clears the flag); a
+    stalled chain's result is wrong. Synchronizes."""
+    words = grid_barrier_words(torch.device(device))
+    stalled = bool(words[BARRIER_STALL.value].item())
+    words[BARRIER_STALL.value] = 0
+    return stalled
+
+
+def gemv_chain_ref(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down) -> torch.Tensor:
+    """The chain in PyTorch: each phase y = W @ x[:K] in fp32, rounded to x's dtype; returns the last x."""
+    x = x.clone()
+    for layer in range(w_qkv.shape[0]):
+        for w in (w_qkv[layer], w_o[layer], w_gate_up[layer], w_down[layer]):
+            x = (w.float() @ x[: w.shape[1]].float()).to(x.dtype)
+    return x
+
+
+@triton.jit
+def _grid_barrier(words_ptr, programs):
+    """Every program waits until all `programs` have arrived; what each stored before is visible after.
+    The last to arrive resets the count and moves the generation on; the others spin on a volatile read of
+    it, then acquire. A program that spins MAX_SPINS reads (seconds: a grid not all resident) gives up and
+    raises the stall flag (`barrier_stalled`) rather than hang the GPU."""
+    count_ptr = words_ptr
+    gen_ptr = words_ptr + BARRIER_GEN
+    tl.debug_barrier()
+    gen = tl.atomic_add(gen_ptr, 0, sem="acquire")
+    arrived = tl.atomic_add(count_ptr, 1, sem="acq_rel")
+    if arrived == programs - 1:
+        tl.atomic_xchg(count_ptr, 0, sem="relaxed")
+        tl.atomic_add(gen_ptr, 1, sem="release")
+    else:
+        seen = tl.load(gen_ptr, volatile=True)
+        spins = 0
+        while (seen == gen) & (spins < MAX_SPINS):
+            seen = tl.load(gen_ptr, volatile=True)
+            spins += 1
+        if seen == gen:
+            tl.atomic_xchg(words_ptr + BARRIER_STALL, 1, sem="relaxed")
+        tl.atomic_add(gen_ptr, 0, sem="acquire")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _phase(x_ptr, w_ptr, y_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """y[n] = Σ_k W[n, k] x[k] for this program's row tiles (ROWS rows, dealt round-robin), the next weight
+    block in flight while one is multiplied; x read from L2 (`.cg`: other programs wrote it in the phase
+    before)."""
+    for tile in range(pid, tl.cdiv(N, ROWS), programs):
+        offs_n = tile * ROWS + tl.arange(0, ROWS)
+        rows = w_ptr + offs_n[:, None].to(tl.int64) * K
+        n_mask = (offs_n < N)[:, None]
+        offs_k = tl.arange(0, BLOCK_K)
+        w_next = tl.load(rows + offs_k[None, :], mask=n_mask & (offs_k < K)[None, :], other=0.0)
+        acc = tl.zeros((ROWS, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            w = w_next
+            ahead = k0 + BLOCK_K + offs_k
+            w_next = tl.load(rows + ahead[None, :], mask=n_mask & (ahead < K)[None, :], other=0.0)
+            xk = tl.load(x_ptr + k0 + offs_k, mask=k0 + offs_k < K, other=0.0, cache_modifier=".cg")
+            acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+        tl.store(y_ptr + offs_n, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=offs_n < N)
+
+
+@triton.jit
+def _prefetch_phase(w_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+                    BLOCKS: tl.constexpr, LINE: tl.constexpr):
+    """Ask L2 for the first BLOCKS K-blocks of this program's first row tile of a phase (lines past the
+    matrix ask for its first line)."""
+    offs_n = pid * ROWS + tl.arange(0, ROWS)
+    for b in tl.static_range(BLOCKS):
+        offs_k = b * BLOCK_K + tl.arange(0, BLOCK_K // LINE) * LINE
+        ok = (offs_n < N)[:, None] & (offs_k < K)[None, :]
+        prefetch_l2(tl.where(ok, w_ptr + offs_n[:, None] * K + offs_k[None, :], w_ptr))
+
+
+@triton.jit
+def _gemv_chain_kernel(
+    x_ptr, a_ptr, b_ptr, c_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, barrier_ptr,
+    H, NQ, KO, NG, KD, first, count,
+    ROWS_Q: tl.constexpr, ROWS_O: tl.constexpr, ROWS_G: tl.constexpr, ROWS_D: tl.constexpr,
+    BK_Q: tl.constexpr, BK_O: tl.constexpr, BK_G: tl.constexpr, BK_D: tl.constexpr,
+    BARRIERS: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
+):
+    """Phases first … first + count − 1 of the chain (phase 4l + j: layer l's j-th projection); x [H] →
+    a [NQ] → b [H] → c [NG] → x."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    for p in range(first, first + count):
+        layer = p // 4
+        kind = p % 4
+        if kind == 0:
+            _phase(x_ptr, wq_ptr + layer.to(tl.int64) * NQ * H, a_ptr, NQ, H, pid, programs, ROWS_Q, BK_Q)
+        elif kind == 1:
+            _phase(a_ptr, wo_ptr + layer.to(tl.int64) * H * KO, b_ptr, H, KO, pid, programs, ROWS_O, BK_O)
+        elif kind == 2:
+            _phase(b_ptr, wg_ptr + layer.to(tl.int64) * NG * H, c_ptr, NG, H, pid, programs, ROWS_G, BK_G)
+        else:
+            _phase(c_ptr, wd_ptr + layer.to(tl.int64) * H * KD, x_ptr, H, KD, pid, programs, ROWS_D, BK_D)
+        if BARRIERS:
+            if PREFETCH > 0:
+                nxt = p + 1
+                nl = (nxt // 4).to(tl.int64)
+                if nxt < first + count:
+                    if nxt % 4 == 0:
+                        _prefetch_phase(wq_ptr + nl * NQ * H, NQ, H, pid, programs, ROWS_Q, BK_Q, PREFETCH, LINE)
+                    elif nxt % 4 == 1:
+                        _prefetch_phase(wo_ptr + nl * H * KO, H, KO, pid, programs, ROWS_O, BK_O, PREFETCH, LINE)
+                    elif nxt % 4 == 2:
+                        _prefetch_phase(wg_ptr + nl * NG * H, NG, H, pid, programs, ROWS_G, BK_G, PREFETCH, LINE)
+                    else:
+                        _prefetch_phase(wd_ptr + nl * H * KD, H, KD, pid, programs, ROWS_D, BK_D, PREFETCH, LINE)
+            _grid_barrier(barrier_ptr, programs)
+
+
+def tile_rows(n: int, programs: int, most: int = 16, slack: float = 1.07) -> int:
+    """Rows per tile for a phase of n rows dealt over `programs`: the largest power of two (at most `most`)
+    whose busiest program has at most `slack` × the fewest rows any tiling gives it (the phase lasts as
+    long as its busiest program; larger tiles keep more loads in flight)."""
+    def busiest(rows):
+        return -(-(-(-n // rows)) // programs) * rows
+    sizes = [1 << i for i in range(most.bit_length()) if 1 << i <= most]
+    best = min(busiest(r) for r in sizes)
+    return max(r for r in sizes if busiest(r) <= slack * best)
+
+
+def block_k(k: int, rows: int, elems: int = 8192) -> int:
+    """K-block of a phase: ~`elems` weights a load for the program (16 KB of bf16), within K's power of two."""
+    return max(64, min(triton.next_power_of_2(k), elems // rows))
+
+
+def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, programs: int | None = None,
+               prefetch: int = 0, scratch: tuple | None = None) -> torch.Tensor:
+    """The chain of `gemv_chain_ref` in one launch (one per phase under the interpreter); x [H] is updated
+    in place and returned. `programs`: the grid (default the GPU's SMs; never more, the barrier needs
+    them all resident). `prefetch`: K-blocks of its next tile each program asks of L2 before a barrier.
+    `scratch`: the (a, b, c) activation buffers, for callers that capture it in a CUDA graph."""
+    layers, nq, h = w_qkv.shape
+    ko, ng, kd = w_o.shape[2], w_gate_up.shape[1], w_down.shape[2]
+    if not (w_o.shape[:2] == (layers, h) and w_gate_up.shape == (layers, ng, h) and w_down.shape[:2] == (layers, h)):
+        raise ValueError(f"a chain takes w_qkv [L, Nq, H], w_o [L, H, Ko], w_gate_up [L, Ng, H], w_down [L, H, Kd]; "
+                         f"got {tuple(w_qkv.shape)}, {tuple(w_o.shape)}, {tuple(w_gate_up.shape)}, {tuple(w_down.shape)}")
+    if ko > nq or kd > ng:
+        raise ValueError(f"o reads {ko} of qkv's {nq} outputs and down {kd} of gate_up's {ng}: too many")
+    if x.shape != (h,) or not all(w.is_contiguous() for w in (x, w_qkv, w_o, w_gate_up, w_down)):
+        raise ValueError(f"x must be a contiguous [{h}] and the weights contiguous")
+    if INTERPRET or x.device.type != "cuda":
+        programs = programs or 4
+    else:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        programs = min(programs or sms, sms)
+    a, b, c = scratch or (x.new_empty(nq), x.new_empty(h), x.new_empty(ng))
+    rows = [tile_rows(n, programs) for n in (nq, h, ng, h)]
+    blocks = [block_k(k, r) for k, r in zip((h, ko, h, kd), rows)]
+    barrier = grid_barrier_words(x.device)
+    launches = [(p, 1) for p in range(4 * layers)] if INTERPRET else [(0, 4 * layers)]
+    for first, count in launches:
+        _gemv_chain_kernel[(programs,)](
+            x, a, b, c, w_qkv, w_o, w_gate_up, w_down, barrier, h, nq, ko, ng, kd, first, count,
+            ROWS_Q=rows[0], ROWS_O=rows[1], ROWS_G=rows[2], ROWS_D=rows[3],
+            BK_Q=blocks[0], BK_O=blocks[1], BK_G=blocks[2], BK_D=blocks[3],
+            BARRIERS=not INTERPRET, PREFETCH=0 if INTERPRET else prefetch, LINE=64, num_warps=8)
+    return x
