@@ -8,13 +8,13 @@ launches differ from a decode step):
 - `launched`: `skinny_gemm` per projection, the engine's tuned configs, PDL as the engine sets it, inside
   a CUDA graph: four launches a layer;
 - `persistent`: `gemv_chain`, one launch, a grid barrier between phases (`--prefetch N`: each program
-  asks L2 for N K-blocks of its next phase's rows before it waits);
+  asks L2 for the first N weight blocks it reads in the next phase before it waits);
 - `floor`: the weights' bytes over the read bandwidth measured in the same run.
 Each path is checked against `gemv_chain_ref` on two layers first. The rows give µs a layer, the cost a
 layer beyond the floor (the issue's fixed cost: ~17 µs on the 4B shape in the decode step) and the cost
 a phase beyond it. Writes persistent_chain_<gpu>.csv under --out and prints a table.
 
-    python3 bench/persistent_chain.py --out bench/results [--models 0.6b,1.7b,4b,8b] [--prefetch 0,2]
+    python3 bench/persistent_chain.py --out bench/results [--models 0.6b,1.7b,4b,8b] [--prefetch 0,2,8]
 """
 
 import argparse
@@ -106,7 +106,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory for persistent_chain_<gpu>.csv")
     parser.add_argument("--models", default="0.6b,1.7b,4b,8b", help=f"Qwen3 shapes among {', '.join(QWEN3)}")
-    parser.add_argument("--prefetch", default="0,2", help="K-blocks asked of L2 before each barrier, a list")
+    parser.add_argument("--prefetch", default="0,2,8", help="weight blocks asked of L2 before each barrier, a list")
     parser.add_argument("--rep-ms", type=int, default=200, help="timing window per path")
     args = parser.parse_args(argv)
     models = args.models.split(",")
@@ -118,7 +118,7 @@ def main(argv=None):
     except ValueError:
         parser.error(f"--prefetch takes integers, got {args.prefetch!r}")
     if any(p < 0 for p in args.prefetch):
-        parser.error(f"--prefetch takes K-blocks >= 0, got {args.prefetch}")
+        parser.error(f"--prefetch takes blocks >= 0, got {args.prefetch}")
     if not torch.cuda.is_available():
         parser.error("the chain's timings need a GPU (the interpreter runs one phase a launch, no barriers)")
     device = torch.device("cuda")

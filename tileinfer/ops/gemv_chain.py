@@ -5,8 +5,8 @@ the one before — and every launch of the chain pays its ramp-up and tail: ~17 
 on the H200 (bench/results/floor_h200.csv), with PDL. This kernel runs the whole chain in one launch of
 resident programs: each phase's row tiles are dealt round-robin over the grid, and a grid barrier (an
 arrival counter and a generation number, tileinfer.ops.counters scratch, left as found) stands between
-phases. Before it waits at a barrier, a program asks L2 for the first K-blocks of the rows it computes in
-the next phase: weights do not depend on the activations, so they stream in while the slowest program of
+phases. Before it waits at a barrier, a program asks L2 for the first weight blocks it reads in the next
+phase: weights do not depend on the activations, so they stream in while the slowest program of
 the grid finishes. `bench/persistent_chain.py` weighs it against the same chain of launched skinny GEMMs
 in a CUDA graph with PDL, and against the byte floor: the measure of what a persistent decode step can win.
 
@@ -101,13 +101,14 @@ def _phase(x_ptr, w_ptr, y_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K
 @triton.jit
 def _prefetch_phase(w_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
                     BLOCKS: tl.constexpr, LINE: tl.constexpr):
-    """Ask L2 for the first BLOCKS K-blocks of this program's first row tile of a phase (lines past the
-    matrix ask for its first line)."""
-    offs_n = pid * ROWS + tl.arange(0, ROWS)
-    for b in tl.static_range(BLOCKS):
-        offs_k = b * BLOCK_K + tl.arange(0, BLOCK_K // LINE) * LINE
+    """Ask L2 for the first BLOCKS weight blocks this program reads in a phase, in the order it reads them
+    (its row tiles in turn, each K-block of a tile in turn); lines past the matrix ask for its first line."""
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    for i in tl.static_range(BLOCKS):
+        offs_n = (pid + (i // k_blocks) * programs) * ROWS + tl.arange(0, ROWS)
+        offs_k = (i % k_blocks) * BLOCK_K + tl.arange(0, BLOCK_K // LINE) * LINE
         ok = (offs_n < N)[:, None] & (offs_k < K)[None, :]
-        prefetch_l2(tl.where(ok, w_ptr + offs_n[:, None] * K + offs_k[None, :], w_ptr))
+        prefetch_l2(tl.where(ok, w_ptr + offs_n[:, None].to(tl.int64) * K + offs_k[None, :], w_ptr))
 
 
 @triton.jit
@@ -169,7 +170,7 @@ def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, programs: int | N
                prefetch: int = 0, scratch: tuple | None = None) -> torch.Tensor:
     """The chain of `gemv_chain_ref` in one launch (one per phase under the interpreter); x [H] is updated
     in place and returned. `programs`: the grid (default the GPU's SMs; never more, the barrier needs
-    them all resident). `prefetch`: K-blocks of its next tile each program asks of L2 before a barrier.
+    them all resident). `prefetch`: weight blocks of its next phase each program asks of L2 before a barrier.
     `scratch`: the (a, b, c) activation buffers, for callers that capture it in a CUDA graph."""
     layers, nq, h = w_qkv.shape
     ko, ng, kd = w_o.shape[2], w_gate_up.shape[1], w_down.shape[2]
