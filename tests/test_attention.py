@@ -249,15 +249,16 @@ def test_bad_inputs(device):
         decode_attention(q, k, v, kv_len, tokens_per_program=0)
 
 
-def test_default_tokens_per_program_follows_the_gpu_section(monkeypatch):
+def test_tokens_per_program_follow_the_gpu_section(monkeypatch):
     from tileinfer.ops import attention
     monkeypatch.setattr(attention, "section", lambda device, name: {})
-    assert attention.default_tokens_per_program(1024, 16, "cpu") == 16  # no section: one row block
+    assert attention.SplitPolicy.of("cpu").per_program(1024, 16) == 16  # no section: one row block
     monkeypatch.setattr(attention, "section",
                         lambda device, name: {"row_blocks_below": 4096, "tokens_per_program": 4})
-    assert [attention.default_tokens_per_program(n, 16, "cpu") for n in (1024, 4095, 4096, 8192)] == [4, 4, 16, 16]
-    assert attention.default_tokens_per_program(1024, 1, "cpu") == 1
-    assert attention.default_tokens_per_program(1024, 3, "cpu") == 3
+    policy = attention.SplitPolicy.of("cpu")
+    assert [policy.per_program(n, 16) for n in (1024, 4095, 4096, 8192)] == [4, 4, 16, 16]
+    assert policy.per_program(1024, 1) == 1
+    assert policy.per_program(1024, 3) == 3
 
 
 def test_row_blocks_bound_their_split_count():

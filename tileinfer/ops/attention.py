@@ -56,12 +56,6 @@ def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX
     return max(1, min(max_splits, kv_len // 256, 8 if kv_len < 8192 else max_splits))
 
 
-def default_tokens_per_program(max_length: int, num_q_tokens: int, device) -> int:
-    """Query tokens each ``decode_attention`` program takes in a step of `num_q_tokens` whose keys end at
-    `max_length` on `device` (`SplitPolicy.per_program`)."""
-    return SplitPolicy.of(device).per_program(max_length, num_q_tokens)
-
-
 @dataclass(frozen=True, slots=True)
 class SplitPolicy:
     """How a step's attention is cut outside exact mode, from the GPU's "decode_attention" section:

@@ -447,7 +447,7 @@ def decode_attention(
     this step launched, so each program reads the first block of its share before PDL's wait (not with
     TMA); the step's own rows are read after it. The output's bits are the same either way.
     ``tokens_per_program``: query tokens a program takes (row blocks of the grid; default all T, the
-    engine's choice is ``attention.default_tokens_per_program``); all T where ``block_m`` or ``step_kv`` is
+    engine's choice is ``attention.SplitPolicy``); all T where ``block_m`` or ``step_kv`` is
     given: exact mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
