@@ -1,8 +1,8 @@
 """What a persistent decode step can win: a decoder's chain of one-token projections, launched kernel by
 kernel against one persistent launch, beside the bytes' floor (one H200 call, ~1 min).
 
-Per Qwen3 shape, the weights of every layer's qkv, o, gate_up and down projections (random bf16, the real
-shapes, stacked over layers) are read as a chain of GEMVs, each reading the one before's output
+Per Qwen3 shape, the weights of every layer's qkv, o, gate_up and down projections (random bf16, or
+int8 with per-row scales; the real shapes, stacked over layers) are read as a chain of GEMVs, each reading the one before's output
 (`tileinfer.ops.gemv_chain`: no attention, norms or activation, so only the projections' bytes and the
 launches differ from a decode step):
 - `launched`: `skinny_gemm` per projection, the engine's tuned configs, PDL as the engine sets it, inside
@@ -14,7 +14,8 @@ Each path is checked against `gemv_chain_ref` on two layers first. The rows give
 layer beyond the floor (the issue's fixed cost: ~17 µs on the 4B shape in the decode step) and the cost
 a phase beyond it. Writes persistent_chain_<gpu>.csv under --out and prints a table.
 
-    python3 bench/persistent_chain.py --out bench/results [--models 0.6b,1.7b,4b,8b] [--prefetch 0,2,8]
+    python3 bench/persistent_chain.py --out bench/results [--models 0.6b,1.7b,4b,8b] [--weights bf16,int8]
+        [--prefetch 0,2,8]
 """
 
 import argparse
@@ -35,21 +36,27 @@ from tileinfer_profiling.timing import bench_us  # noqa: E402
 PHASES = 4  # projections a layer: qkv, o, gate_up, down
 
 
-def chain_weights(shape, layers, device, seed=0):
-    """Stacked random bf16 weights of `layers` layers, scaled by 1/√K so the chain keeps its scale."""
+def chain_weights(shape, layers, device, kind, seed=0):
+    """(weights, scales) of `layers` layers stacked: random bf16 scaled by 1/√K so the chain keeps its scale,
+    or random int8 with per-row fp32 scales doing the same (scales None for bf16)."""
     g = torch.Generator(device=device).manual_seed(seed)
     h, q = shape.hidden, shape.q_heads * shape.head_dim
     dims = [(shape.qkv_rows, h), (h, q), (2 * shape.intermediate, h), (h, shape.intermediate)]
-    return [(torch.randn(layers, n, k, generator=g, device=device) / k**0.5).to(torch.bfloat16) for n, k in dims]
+    if kind == "bf16":
+        return [(torch.randn(layers, n, k, generator=g, device=device) / k**0.5).to(torch.bfloat16)
+                for n, k in dims], None
+    weights = [torch.randint(-127, 128, (layers, n, k), generator=g, device=device, dtype=torch.int8) for n, k in dims]
+    scales = [torch.full((layers, n), 1.0 / (73.0 * k**0.5), device=device) for n, k in dims]
+    return weights, scales
 
 
-def launched_chain(x, weights):
+def launched_chain(x, weights, scales):
     """The chain as the engine's kernels run it: one skinny GEMM launch per projection."""
     def run():
-        h = x
+        h = x[None, :]
         for layer in range(weights[0].shape[0]):
-            for w in weights:
-                h = skinny_gemm(h[None, : w.shape[2]] if h.dim() == 1 else h[:, : w.shape[2]], w[layer])
+            for j, w in enumerate(weights):
+                h = skinny_gemm(h[:, : w.shape[2]], w[layer], None if scales is None else scales[j][layer])
         return h
     return run
 
@@ -58,46 +65,49 @@ def relative_error(out, ref):
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
-def measure_shape(name, args, bandwidth, device):
+def measure_shape(name, kind, args, bandwidth, device):
     shape = QWEN3[name]
-    weights = chain_weights(shape, shape.layers, device)
+    weights, scales = chain_weights(shape, shape.layers, device, kind)
     x0 = torch.randn(shape.hidden, device=device).to(torch.bfloat16)
     check = [w[:2].contiguous() for w in weights]
-    ref = gemv_chain_ref(x0, *check)
-    errors = {"launched": relative_error(launched_chain(x0, check)().reshape(-1), ref)}
+    check_scales = None if scales is None else [s[:2].contiguous() for s in scales]
+    ref = gemv_chain_ref(x0, *check, scales=check_scales)
+    errors = {"launched": relative_error(launched_chain(x0, check, check_scales)().reshape(-1), ref)}
     barrier_stalled(device)
     for p in args.prefetch:
-        errors[f"persistent:{p}"] = relative_error(gemv_chain(x0.clone(), *check, prefetch=p), ref)
+        errors[f"persistent:{p}"] = relative_error(gemv_chain(x0.clone(), *check, scales=check_scales, prefetch=p),
+                                                   ref)
     if barrier_stalled(device):
         raise SystemExit(f"{name}: a grid barrier gave up waiting (not every program resident?)")
-    nbytes = sum(w.numel() * w.element_size() for w in weights)
+    nbytes = sum(t.numel() * t.element_size() for t in weights + (scales or []))
     floor_us = nbytes / bandwidth * 1e6
     layers = shape.layers
     rows = []
 
     def row(what, us, prefetch="-", programs="-"):
         over = (us - floor_us) / layers
-        rows.append(dict(model=f"qwen3-{name}", layers=layers, what=what, prefetch=prefetch, programs=programs,
+        rows.append(dict(model=f"qwen3-{name}", weights=kind, layers=layers, what=what, prefetch=prefetch, programs=programs,
                          us_per_step=round(us, 2), us_per_layer=round(us / layers, 3), floor_us=round(floor_us, 2),
                          fraction_of_floor=round(floor_us / us, 4), us_per_layer_over_floor=round(over, 3),
                          us_per_phase_over_floor=round(over / PHASES, 3), weight_bytes=nbytes,
                          rel_error=round(errors.get(what if prefetch == "-" else f"{what}:{prefetch}", 0.0), 6),
                          pdl="on" if pdl.enabled_for(device) else "off"))
-        print(f"{name:>5} {what:<11} prefetch {prefetch!s:>2}: {us:9.1f} µs  {us / layers:7.2f} µs/layer  "
+        print(f"{name:>5} {kind} {what:<11} prefetch {prefetch!s:>2}: {us:9.1f} µs  {us / layers:7.2f} µs/layer  "
               f"{floor_us / us:6.1%} of floor  {over:6.2f} µs/layer over", flush=True)
 
     row("floor", floor_us)
-    us, _ = bench_us(launched_chain(x0.clone(), weights), device, rep_ms=args.rep_ms)
+    us, _ = bench_us(launched_chain(x0.clone(), weights, scales), device, rep_ms=args.rep_ms)
     row("launched", us)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     for p in args.prefetch:
         x = x0.clone()
         scratch = (x.new_empty(weights[0].shape[1]), x.new_empty(shape.hidden), x.new_empty(weights[2].shape[1]))
-        us, _ = bench_us(lambda: gemv_chain(x, *weights, prefetch=p, scratch=scratch), device, rep_ms=args.rep_ms)
+        us, _ = bench_us(lambda: gemv_chain(x, *weights, scales=scales, prefetch=p, scratch=scratch), device,
+                         rep_ms=args.rep_ms)
         row("persistent", us, p, sms)
     if barrier_stalled(device):
         raise SystemExit(f"{name}: a grid barrier gave up waiting while timed: the persistent rows are void")
-    del weights
+    del weights, scales
     torch.cuda.empty_cache()
     return rows
 
@@ -106,6 +116,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory for persistent_chain_<gpu>.csv")
     parser.add_argument("--models", default="0.6b,1.7b,4b,8b", help=f"Qwen3 shapes among {', '.join(QWEN3)}")
+    parser.add_argument("--weights", default="bf16", help="bf16 and/or int8 (per-row scales), a list")
     parser.add_argument("--prefetch", default="0,2,8", help="weight blocks asked of L2 before each barrier, a list")
     parser.add_argument("--rep-ms", type=int, default=200, help="timing window per path")
     args = parser.parse_args(argv)
@@ -117,6 +128,9 @@ def main(argv=None):
         args.prefetch = [int(p) for p in args.prefetch.split(",")]
     except ValueError:
         parser.error(f"--prefetch takes integers, got {args.prefetch!r}")
+    args.weights = args.weights.split(",")
+    if not set(args.weights) <= {"bf16", "int8"}:
+        parser.error(f"--weights takes bf16 and int8, got {','.join(args.weights)}")
     if any(p < 0 for p in args.prefetch):
         parser.error(f"--prefetch takes blocks >= 0, got {args.prefetch}")
     if not torch.cuda.is_available():
@@ -125,7 +139,8 @@ def main(argv=None):
     env = environment(measure_bandwidth=True)
     rows = []
     for name in models:
-        rows += measure_shape(name, args, env["gpu_bandwidth_gbs"] * 1e9, device)
+        for kind in args.weights:
+            rows += measure_shape(name, kind, args, env["gpu_bandwidth_gbs"] * 1e9, device)
     base = {**env, "command": command_line(), "weights_kind": "random"}
     os.makedirs(args.out, exist_ok=True)
     path = write_rows([r | base for r in rows], os.path.join(args.out, f"persistent_chain_{gpu_tag(env['gpu'])}.csv"),

@@ -11,7 +11,7 @@ the grid finishes. `bench/persistent_chain.py` weighs it against the same chain 
 in a CUDA graph with PDL, and against the byte floor: the measure of what a persistent decode step can win.
 
 Layout: weights of one kind stacked over layers, `w_qkv [L, N_qkv, H]`, `w_o [L, H, K_o]`, `w_gate_up [L,
-N_gu, H]`, `w_down [L, H, K_d]`, bf16; phase p of a layer reads the first K columns' worth of the previous
+N_gu, H]`, `w_down [L, H, K_d]`, bf16 (or int8 with per-row fp32 scales [L, N]); phase p of a layer reads the first K columns' worth of the previous
 phase's output (qkv → o reads q's K_o entries; gate_up → down reads K_d entries), so the data flow of a
 decoder layer is kept without attention, norms or the activation. The programs must all be resident at
 once (the grid is at most the GPU's SMs); under the Triton interpreter, which runs programs one by one,
@@ -27,6 +27,7 @@ import triton.language as tl
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.counters import grid_barrier_words
 from tileinfer.ops.pdl import prefetch_l2
+from tileinfer.ops.skinny_gemm import _weight_to
 
 BARRIER_GEN: tl.constexpr = tl.constexpr(32)  # the generation's word: a 128-byte line after the count's
 BARRIER_STALL: tl.constexpr = tl.constexpr(48)  # raised by a program that gave up waiting
@@ -42,12 +43,15 @@ def barrier_stalled(device) -> bool:
     return stalled
 
 
-def gemv_chain_ref(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down) -> torch.Tensor:
-    """The chain in PyTorch: each phase y = W @ x[:K] in fp32, rounded to x's dtype; returns the last x."""
+def gemv_chain_ref(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, scales=None) -> torch.Tensor:
+    """The chain in PyTorch: each phase y = (W * scale[:, None]) @ x[:K] in fp32, rounded to x's dtype
+    (`scales`: the four kinds' per-row scales [L, N] of int8 weights; None for float weights); returns the
+    last x."""
     x = x.clone()
     for layer in range(w_qkv.shape[0]):
-        for w in (w_qkv[layer], w_o[layer], w_gate_up[layer], w_down[layer]):
-            x = (w.float() @ x[: w.shape[1]].float()).to(x.dtype)
+        for j, w in enumerate((w_qkv[layer], w_o[layer], w_gate_up[layer], w_down[layer])):
+            y = w.float() @ x[: w.shape[1]].float()
+            x = (y if scales is None else y * scales[j][layer].float()).to(x.dtype)
     return x
 
 
@@ -78,10 +82,11 @@ def _grid_barrier(words_ptr, programs):
 
 
 @triton.jit
-def _phase(x_ptr, w_ptr, y_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """y[n] = Σ_k W[n, k] x[k] for this program's row tiles (ROWS rows, dealt round-robin), the next weight
-    block in flight while one is multiplied; x read from L2 (`.cg`: other programs wrote it in the phase
-    before)."""
+def _phase(x_ptr, w_ptr, scale_ptr, y_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+           HAS_SCALE: tl.constexpr):
+    """y[n] = Σ_k W[n, k] x[k] (× scale[n] for int8 W, widened by integer ops) for this program's row tiles
+    (ROWS rows, dealt round-robin), the next weight block in flight while one is multiplied; x read from L2
+    (`.cg`: other programs wrote it in the phase before)."""
     for tile in range(pid, tl.cdiv(N, ROWS), programs):
         offs_n = tile * ROWS + tl.arange(0, ROWS)
         rows = w_ptr + offs_n[:, None].to(tl.int64) * K
@@ -94,8 +99,11 @@ def _phase(x_ptr, w_ptr, y_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K
             ahead = k0 + BLOCK_K + offs_k
             w_next = tl.load(rows + ahead[None, :], mask=n_mask & (ahead < K)[None, :], other=0.0)
             xk = tl.load(x_ptr + k0 + offs_k, mask=k0 + offs_k < K, other=0.0, cache_modifier=".cg")
-            acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
-        tl.store(y_ptr + offs_n, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=offs_n < N)
+            acc += _weight_to(w, tl.float32, HAS_SCALE) * xk.to(tl.float32)[None, :]
+        y = tl.sum(acc, axis=1)
+        if HAS_SCALE:
+            y *= tl.load(scale_ptr + offs_n, mask=offs_n < N, other=0.0)
+        tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=offs_n < N)
 
 
 @triton.jit
@@ -113,11 +121,11 @@ def _prefetch_phase(w_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.
 
 @triton.jit
 def _gemv_chain_kernel(
-    x_ptr, a_ptr, b_ptr, c_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, barrier_ptr,
+    x_ptr, a_ptr, b_ptr, c_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, sq_ptr, so_ptr, sg_ptr, sd_ptr, barrier_ptr,
     H, NQ, KO, NG, KD, first, count,
     ROWS_Q: tl.constexpr, ROWS_O: tl.constexpr, ROWS_G: tl.constexpr, ROWS_D: tl.constexpr,
     BK_Q: tl.constexpr, BK_O: tl.constexpr, BK_G: tl.constexpr, BK_D: tl.constexpr,
-    BARRIERS: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
+    HAS_SCALE: tl.constexpr, BARRIERS: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
 ):
     """Phases first … first + count − 1 of the chain (phase 4l + j: layer l's j-th projection); x [H] →
     a [NQ] → b [H] → c [NG] → x."""
@@ -127,13 +135,17 @@ def _gemv_chain_kernel(
         layer = p // 4
         kind = p % 4
         if kind == 0:
-            _phase(x_ptr, wq_ptr + layer.to(tl.int64) * NQ * H, a_ptr, NQ, H, pid, programs, ROWS_Q, BK_Q)
+            _phase(x_ptr, wq_ptr + layer.to(tl.int64) * NQ * H, sq_ptr + layer * NQ, a_ptr, NQ, H, pid, programs,
+                   ROWS_Q, BK_Q, HAS_SCALE)
         elif kind == 1:
-            _phase(a_ptr, wo_ptr + layer.to(tl.int64) * H * KO, b_ptr, H, KO, pid, programs, ROWS_O, BK_O)
+            _phase(a_ptr, wo_ptr + layer.to(tl.int64) * H * KO, so_ptr + layer * H, b_ptr, H, KO, pid, programs,
+                   ROWS_O, BK_O, HAS_SCALE)
         elif kind == 2:
-            _phase(b_ptr, wg_ptr + layer.to(tl.int64) * NG * H, c_ptr, NG, H, pid, programs, ROWS_G, BK_G)
+            _phase(b_ptr, wg_ptr + layer.to(tl.int64) * NG * H, sg_ptr + layer * NG, c_ptr, NG, H, pid, programs,
+                   ROWS_G, BK_G, HAS_SCALE)
         else:
-            _phase(c_ptr, wd_ptr + layer.to(tl.int64) * H * KD, x_ptr, H, KD, pid, programs, ROWS_D, BK_D)
+            _phase(c_ptr, wd_ptr + layer.to(tl.int64) * H * KD, sd_ptr + layer * H, x_ptr, H, KD, pid, programs,
+                   ROWS_D, BK_D, HAS_SCALE)
         if BARRIERS:
             if PREFETCH > 0:
                 nxt = p + 1
@@ -161,15 +173,15 @@ def tile_rows(n: int, programs: int, most: int = 16, slack: float = 1.07) -> int
     return max(r for r in sizes if busiest(r) <= slack * best)
 
 
-def block_k(k: int, rows: int, elems: int = 8192) -> int:
-    """K-block of a phase: ~`elems` weights a load for the program (16 KB of bf16), within K's power of two."""
-    return max(64, min(triton.next_power_of_2(k), elems // rows))
+def block_k(k: int, rows: int, weight_bytes: int = 2, load_bytes: int = 16384) -> int:
+    """K-block of a phase: ~`load_bytes` of weights a load for the program, within K's power of two."""
+    return max(128, min(triton.next_power_of_2(k), load_bytes // weight_bytes // rows))
 
 
-def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, programs: int | None = None,
+def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, scales=None, programs: int | None = None,
                prefetch: int = 0, scratch: tuple | None = None) -> torch.Tensor:
     """The chain of `gemv_chain_ref` in one launch (one per phase under the interpreter); x [H] is updated
-    in place and returned. `programs`: the grid (default the GPU's SMs; never more, the barrier needs
+    in place and returned. `scales`: with int8 weights, each kind's per-row scales [L, N] (fp32). `programs`: the grid (default the GPU's SMs; never more, the barrier needs
     them all resident). `prefetch`: weight blocks of its next phase each program asks of L2 before a barrier.
     `scratch`: the (a, b, c) activation buffers, for callers that capture it in a CUDA graph."""
     layers, nq, h = w_qkv.shape
@@ -181,6 +193,14 @@ def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, programs: int | N
         raise ValueError(f"o reads {ko} of qkv's {nq} outputs and down {kd} of gate_up's {ng}: too many")
     if x.shape != (h,) or not all(w.is_contiguous() for w in (x, w_qkv, w_o, w_gate_up, w_down)):
         raise ValueError(f"x must be a contiguous [{h}] and the weights contiguous")
+    weights = (w_qkv, w_o, w_gate_up, w_down)
+    int8 = [w.dtype == torch.int8 for w in weights]
+    if any(int8) != all(int8) or (scales is not None) != all(int8):
+        raise ValueError("int8 weights take `scales`, one [L, N] per kind; float weights none "
+                         f"(got {[str(w.dtype) for w in weights]}, scales {'given' if scales is not None else 'none'})")
+    if scales is not None and not all(s.shape == w.shape[:2] and s.dtype == torch.float32 and s.is_contiguous()
+                                      for s, w in zip(scales, weights)):
+        raise ValueError("each kind's scales are a contiguous fp32 [L, N] beside its weights")
     if INTERPRET or x.device.type != "cuda":
         programs = programs or 4
     else:
@@ -188,13 +208,15 @@ def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, programs: int | N
         programs = min(programs or sms, sms)
     a, b, c = scratch or (x.new_empty(nq), x.new_empty(h), x.new_empty(ng))
     rows = [tile_rows(n, programs) for n in (nq, h, ng, h)]
-    blocks = [block_k(k, r) for k, r in zip((h, ko, h, kd), rows)]
+    blocks = [block_k(k, r, w_qkv.element_size()) for k, r in zip((h, ko, h, kd), rows)]
     barrier = grid_barrier_words(x.device)
     launches = [(p, 1) for p in range(4 * layers)] if INTERPRET else [(0, 4 * layers)]
     for first, count in launches:
         _gemv_chain_kernel[(programs,)](
-            x, a, b, c, w_qkv, w_o, w_gate_up, w_down, barrier, h, nq, ko, ng, kd, first, count,
+            x, a, b, c, w_qkv, w_o, w_gate_up, w_down, *(scales or weights), barrier, h, nq, ko, ng, kd, first,
+            count,
             ROWS_Q=rows[0], ROWS_O=rows[1], ROWS_G=rows[2], ROWS_D=rows[3],
-            BK_Q=blocks[0], BK_O=blocks[1], BK_G=blocks[2], BK_D=blocks[3],
-            BARRIERS=not INTERPRET, PREFETCH=0 if INTERPRET else prefetch, LINE=64, num_warps=8)
+            BK_Q=blocks[0], BK_O=blocks[1], BK_G=blocks[2], BK_D=blocks[3], HAS_SCALE=scales is not None,
+            BARRIERS=not INTERPRET, PREFETCH=0 if INTERPRET else prefetch, LINE=128 // w_qkv.element_size(),
+            num_warps=8)
     return x
