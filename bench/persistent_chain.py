@@ -1,12 +1,13 @@
-"""What a persistent decode step can win: a decoder's chain of one-token projections, launched kernel by
-kernel against one persistent launch, beside the bytes' floor (one H200 call, ~1 min).
+"""What a persistent decode step can win: a decoder's one-token step with the attention aside, launched
+kernel by kernel against one persistent launch, beside the bytes' floor (one H200 call, ~1-2 min).
 
-Per Qwen3 shape, the weights of every layer's qkv, o, gate_up and down projections (random bf16, or
-int8 with per-row scales; the real shapes, stacked over layers) are read as a chain of GEMVs, each reading the one before's output
-(`tileinfer.ops.gemv_chain`: no attention, norms or activation, so only the projections' bytes and the
-launches differ from a decode step):
-- `launched`: `skinny_gemm` per projection, the engine's tuned configs, PDL as the engine sets it, inside
-  a CUDA graph: four launches a layer;
+Per Qwen3 shape, every layer's qkv, o, gate_up and down projections (random bf16, or int8 with per-row
+scales; the real shapes, stacked over layers) with the RMSNorms before qkv and gate_up, the residual adds
+after o and down and the SwiGLU, o reading q's rows where the attention's output would be
+(`tileinfer.ops.gemv_chain`):
+- `launched`: the engine's GEMM kernel per projection with the norm, add and SwiGLU inside
+  (`skinny_gemm(norm=…, residual=…, swiglu=…)`), its tuned configs, PDL as the engine sets it, inside a
+  CUDA graph: four launches a layer, as a decode step has besides its attention;
 - `persistent`: `gemv_chain`, one launch, a grid barrier between phases (`--prefetch N`: each program
   asks L2 for the first N weight blocks it reads in the next phase before it waits);
 - `floor`: the weights' bytes over the read bandwidth measured in the same run.
@@ -33,31 +34,43 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer_profiling.timing import bench_us  # noqa: E402
 
-PHASES = 4  # projections a layer: qkv, o, gate_up, down
+PHASES = 4  # launches or barriers a layer: qkv, o, gate_up, down
 
 
 def chain_weights(shape, layers, device, kind, seed=0):
-    """(weights, scales) of `layers` layers stacked: random bf16 scaled by 1/√K so the chain keeps its scale,
-    or random int8 with per-row fp32 scales doing the same (scales None for bf16)."""
+    """(weights, norms, scales) of `layers` layers stacked: random bf16 scaled by 1/√K so the chain keeps its
+    scale, or random int8 with per-row fp32 scales doing the same (scales None for bf16); the two norm
+    weights [L, H] near 1."""
     g = torch.Generator(device=device).manual_seed(seed)
+    norms = [(1.0 + 0.1 * torch.randn(layers, shape.hidden, generator=g, device=device)).to(torch.bfloat16)
+             for _ in range(2)]
     h, q = shape.hidden, shape.q_heads * shape.head_dim
     dims = [(shape.qkv_rows, h), (h, q), (2 * shape.intermediate, h), (h, shape.intermediate)]
     if kind == "bf16":
         return [(torch.randn(layers, n, k, generator=g, device=device) / k**0.5).to(torch.bfloat16)
-                for n, k in dims], None
+                for n, k in dims], norms, None
     weights = [torch.randint(-127, 128, (layers, n, k), generator=g, device=device, dtype=torch.int8) for n, k in dims]
     scales = [torch.full((layers, n), 1.0 / (73.0 * k**0.5), device=device) for n, k in dims]
-    return weights, scales
+    return weights, norms, scales
 
 
-def launched_chain(x, weights, scales):
-    """The chain as the engine's kernels run it: one skinny GEMM launch per projection."""
+def launched_chain(x, weights, norms, scales):
+    """The layers as the engine's kernels run them: one skinny GEMM launch per projection, the norm, the
+    residual add or the SwiGLU inside it; x [H] is updated in place."""
+    w_qkv, w_o, w_gate_up, w_down = weights
+    stream = x[None, :]
+    ko = w_o.shape[2]
+
+    def scale(j, layer):
+        return None if scales is None else scales[j][layer]
+
     def run():
-        h = x[None, :]
-        for layer in range(weights[0].shape[0]):
-            for j, w in enumerate(weights):
-                h = skinny_gemm(h[:, : w.shape[2]], w[layer], None if scales is None else scales[j][layer])
-        return h
+        for layer in range(w_qkv.shape[0]):
+            a = skinny_gemm(stream, w_qkv[layer], scale(0, layer), norm=norms[0][layer])
+            skinny_gemm(a[:, :ko], w_o[layer], scale(1, layer), residual=stream)
+            c = skinny_gemm(stream, w_gate_up[layer], scale(2, layer), swiglu=True, norm=norms[1][layer])
+            skinny_gemm(c, w_down[layer], scale(3, layer), residual=stream)
+        return x
     return run
 
 
@@ -67,19 +80,20 @@ def relative_error(out, ref):
 
 def measure_shape(name, kind, args, bandwidth, device):
     shape = QWEN3[name]
-    weights, scales = chain_weights(shape, shape.layers, device, kind)
+    weights, norms, scales = chain_weights(shape, shape.layers, device, kind)
     x0 = torch.randn(shape.hidden, device=device).to(torch.bfloat16)
     check = [w[:2].contiguous() for w in weights]
+    check_norms = [g[:2].contiguous() for g in norms]
     check_scales = None if scales is None else [s[:2].contiguous() for s in scales]
-    ref = gemv_chain_ref(x0, *check, scales=check_scales)
-    errors = {"launched": relative_error(launched_chain(x0, check, check_scales)().reshape(-1), ref)}
+    ref = gemv_chain_ref(x0, *check, *check_norms, scales=check_scales)
+    errors = {"launched": relative_error(launched_chain(x0.clone(), check, check_norms, check_scales)(), ref)}
     barrier_stalled(device)
     for p in args.prefetch:
-        errors[f"persistent:{p}"] = relative_error(gemv_chain(x0.clone(), *check, scales=check_scales, prefetch=p),
-                                                   ref)
+        errors[f"persistent:{p}"] = relative_error(
+            gemv_chain(x0.clone(), *check, *check_norms, scales=check_scales, prefetch=p), ref)
     if barrier_stalled(device):
         raise SystemExit(f"{name}: a grid barrier gave up waiting (not every program resident?)")
-    nbytes = sum(t.numel() * t.element_size() for t in weights + (scales or []))
+    nbytes = sum(t.numel() * t.element_size() for t in weights + norms + (scales or []))
     floor_us = nbytes / bandwidth * 1e6
     layers = shape.layers
     rows = []
@@ -96,18 +110,18 @@ def measure_shape(name, kind, args, bandwidth, device):
               f"{floor_us / us:6.1%} of floor  {over:6.2f} µs/layer over", flush=True)
 
     row("floor", floor_us)
-    us, _ = bench_us(launched_chain(x0.clone(), weights, scales), device, rep_ms=args.rep_ms)
+    us, _ = bench_us(launched_chain(x0.clone(), weights, norms, scales), device, rep_ms=args.rep_ms)
     row("launched", us)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     for p in args.prefetch:
         x = x0.clone()
-        scratch = (x.new_empty(weights[0].shape[1]), x.new_empty(shape.hidden), x.new_empty(weights[2].shape[1]))
-        us, _ = bench_us(lambda: gemv_chain(x, *weights, scales=scales, prefetch=p, scratch=scratch), device,
+        scratch = (x.new_empty(weights[0].shape[1]), x.new_empty(shape.intermediate))
+        us, _ = bench_us(lambda: gemv_chain(x, *weights, *norms, scales=scales, prefetch=p, scratch=scratch), device,
                          rep_ms=args.rep_ms)
         row("persistent", us, p, sms)
     if barrier_stalled(device):
         raise SystemExit(f"{name}: a grid barrier gave up waiting while timed: the persistent rows are void")
-    del weights, scales
+    del weights, norms, scales
     torch.cuda.empty_cache()
     return rows
 

@@ -1,21 +1,27 @@
-"""A decoder's chain of one-token projections in one persistent launch, phases parted by grid barriers.
+"""A decoder's one-token step, attention aside, in one persistent launch: its phases parted by grid barriers.
 
-A plain decode step is a chain of GEMVs — per layer qkv, o, gate_up and down, each reading the output of
-the one before — and every launch of the chain pays its ramp-up and tail: ~17 µs a layer beyond the bytes
-on the H200 (bench/results/floor_h200.csv), with PDL. This kernel runs the whole chain in one launch of
+A plain decode step is a chain of projections — per layer qkv, o, gate_up and down, each reading the
+output of the one before — and every launch of it pays its ramp-up and tail: ~17 µs a layer beyond the
+bytes on the H200 (bench/results/floor_h200.csv), with PDL. This kernel runs the chain in one launch of
 resident programs: each phase's row tiles are dealt round-robin over the grid, and a grid barrier (an
-arrival counter and a generation number, tileinfer.ops.counters scratch, left as found) stands between
-phases. Before it waits at a barrier, a program asks L2 for the first weight blocks it reads in the next
-phase: weights do not depend on the activations, so they stream in while the slowest program of
-the grid finishes. `bench/persistent_chain.py` weighs it against the same chain of launched skinny GEMMs
-in a CUDA graph with PDL, and against the byte floor: the measure of what a persistent decode step can win.
+arrival count and a generation number, `counters.grid_barrier_words`) stands between phases. Before it
+waits at a barrier, a program asks L2 for the first weight blocks it reads in the next phase: weights do
+not depend on the activations, so they stream in while the slowest program of the grid finishes.
+`bench/persistent_chain.py` weighs it against the same layers run by the engine's launched kernels in a
+CUDA graph with PDL, and against the byte floor: the measure of what a persistent decode step can win.
 
-Layout: weights of one kind stacked over layers, `w_qkv [L, N_qkv, H]`, `w_o [L, H, K_o]`, `w_gate_up [L,
-N_gu, H]`, `w_down [L, H, K_d]`, bf16 (or int8 with per-row fp32 scales [L, N]); phase p of a layer reads the first K columns' worth of the previous
-phase's output (qkv → o reads q's K_o entries; gate_up → down reads K_d entries), so the data flow of a
-decoder layer is kept without attention, norms or the activation. The programs must all be resident at
-once (the grid is at most the GPU's SMs); under the Triton interpreter, which runs programs one by one,
-each phase is its own launch and there are no barriers. Reference: `gemv_chain_ref`.
+Per layer, x the residual stream [H] and g1, g2 the layer's two RMSNorm weights:
+
+    a = W_qkv · rmsnorm(x, g1)                                   qkv; each program sums x² itself
+    x = x + W_o · a[:K_o]                                        o (the attention's place: q's rows), the add
+    c = silu(gate) · up, [gate; up] = W_gate_up · rmsnorm(x, g2)  gate_up and SwiGLU (gate rows, then up)
+    x = x + W_down · c                                           down, the add
+
+Weights of one kind are stacked over layers (`w_qkv [L, N_qkv, H]`, `w_o [L, H, K_o]`, `w_gate_up [L, 2I, H]`,
+`w_down [L, H, I]`; bf16, or int8 with per-row fp32 scales [L, N]), the norm weights `g1`, `g2 [L, H]`. The
+programs must all be resident at once (the grid is at most the GPU's SMs); under the Triton interpreter,
+which runs programs one by one, each phase is its own launch and there are no barriers. Reference:
+`gemv_chain_ref`.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import triton.language as tl
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.counters import grid_barrier_words
 from tileinfer.ops.pdl import prefetch_l2
-from tileinfer.ops.skinny_gemm import _weight_to
+from tileinfer.ops.skinny_gemm import _silu_mul, _weight_to
 
 BARRIER_GEN: tl.constexpr = tl.constexpr(32)  # the generation's word: a 128-byte line after the count's
 BARRIER_STALL: tl.constexpr = tl.constexpr(48)  # raised by a program that gave up waiting
@@ -43,15 +49,28 @@ def barrier_stalled(device) -> bool:
     return stalled
 
 
-def gemv_chain_ref(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, scales=None) -> torch.Tensor:
-    """The chain in PyTorch: each phase y = (W * scale[:, None]) @ x[:K] in fp32, rounded to x's dtype
-    (`scales`: the four kinds' per-row scales [L, N] of int8 weights; None for float weights); returns the
-    last x."""
-    x = x.clone()
+def gemv_chain_ref(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, g1, g2, scales=None,
+                   eps: float = 1e-6) -> torch.Tensor:
+    """The layers in PyTorch, fp32 inside each phase and rounded to x's dtype where the kernel stores
+    (`scales`: the four kinds' per-row scales [L, N] of int8 weights; None for float weights); returns x."""
+    dtype, x = x.dtype, x.clone()
+    half = w_gate_up.shape[1] // 2
+
+    def proj(j, w, v):
+        y = w.float() @ v.float()
+        return y if scales is None else y * scales[j][layer].float()
+
+    def rms(v, g):
+        v = v.float()
+        return v * torch.rsqrt(v.pow(2).mean() + eps) * g.float()
+
     for layer in range(w_qkv.shape[0]):
-        for j, w in enumerate((w_qkv[layer], w_o[layer], w_gate_up[layer], w_down[layer])):
-            y = w.float() @ x[: w.shape[1]].float()
-            x = (y if scales is None else y * scales[j][layer].float()).to(x.dtype)
+        a = proj(0, w_qkv[layer], rms(x, g1[layer])).to(dtype)
+        x = (proj(1, w_o[layer], a[: w_o.shape[2]]).to(dtype).float() + x.float()).to(dtype)
+        gate_up = proj(2, w_gate_up[layer], rms(x, g2[layer]))
+        gate, up = gate_up[:half].to(dtype).float(), gate_up[half:].to(dtype).float()
+        c = (gate * torch.sigmoid(gate) * up).to(dtype)
+        x = (proj(3, w_down[layer], c).to(dtype).float() + x.float()).to(dtype)
     return x
 
 
@@ -82,27 +101,54 @@ def _grid_barrier(words_ptr, programs):
 
 
 @triton.jit
-def _phase(x_ptr, w_ptr, scale_ptr, y_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
-           HAS_SCALE: tl.constexpr):
+def _phase(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, N, K, half, inv_k, eps, pid, programs, ROWS: tl.constexpr,
+           BLOCK_K: tl.constexpr, HAS_SCALE: tl.constexpr, NORM: tl.constexpr, SWIGLU: tl.constexpr,
+           RESIDUAL: tl.constexpr, KP: tl.constexpr):
     """y[n] = Σ_k W[n, k] x[k] (× scale[n] for int8 W, widened by integer ops) for this program's row tiles
     (ROWS rows, dealt round-robin), the next weight block in flight while one is multiplied; x read from L2
-    (`.cg`: other programs wrote it in the phase before)."""
+    (`.cg`: other programs wrote it in the phase before). NORM: x is rmsnorm(x, g) (Σx² over all K = KP
+    padded, by every program; the products take x·g, the sums 1/RMS). SWIGLU: rows n and half + n of W,
+    y = silu(gate) · up. RESIDUAL: y[n] += the product, rounded first (y is the stream)."""
+    r = 1.0
+    if NORM:
+        offs = tl.arange(0, KP)
+        xs = tl.load(x_ptr + offs, mask=offs < K, other=0.0, cache_modifier=".cg").to(tl.float32)
+        r = tl.rsqrt(tl.sum(xs * xs, axis=0) * inv_k + eps)
     for tile in range(pid, tl.cdiv(N, ROWS), programs):
         offs_n = tile * ROWS + tl.arange(0, ROWS)
         rows = w_ptr + offs_n[:, None].to(tl.int64) * K
         n_mask = (offs_n < N)[:, None]
         offs_k = tl.arange(0, BLOCK_K)
         w_next = tl.load(rows + offs_k[None, :], mask=n_mask & (offs_k < K)[None, :], other=0.0)
+        u_next = w_next
+        if SWIGLU:
+            u_next = tl.load(rows + half * K + offs_k[None, :], mask=n_mask & (offs_k < K)[None, :], other=0.0)
         acc = tl.zeros((ROWS, BLOCK_K), dtype=tl.float32)
+        acc_up = tl.zeros((ROWS, BLOCK_K), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             w = w_next
+            u = u_next
             ahead = k0 + BLOCK_K + offs_k
             w_next = tl.load(rows + ahead[None, :], mask=n_mask & (ahead < K)[None, :], other=0.0)
-            xk = tl.load(x_ptr + k0 + offs_k, mask=k0 + offs_k < K, other=0.0, cache_modifier=".cg")
-            acc += _weight_to(w, tl.float32, HAS_SCALE) * xk.to(tl.float32)[None, :]
-        y = tl.sum(acc, axis=1)
+            if SWIGLU:
+                u_next = tl.load(rows + half * K + ahead[None, :], mask=n_mask & (ahead < K)[None, :], other=0.0)
+            xk = tl.load(x_ptr + k0 + offs_k, mask=k0 + offs_k < K, other=0.0, cache_modifier=".cg").to(tl.float32)
+            if NORM:
+                xk *= tl.load(g_ptr + k0 + offs_k, mask=k0 + offs_k < K, other=0.0).to(tl.float32)
+            acc += _weight_to(w, tl.float32, HAS_SCALE) * xk[None, :]
+            if SWIGLU:
+                acc_up += _weight_to(u, tl.float32, HAS_SCALE) * xk[None, :]
+        y = tl.sum(acc, axis=1) * r
         if HAS_SCALE:
             y *= tl.load(scale_ptr + offs_n, mask=offs_n < N, other=0.0)
+        if SWIGLU:
+            up = tl.sum(acc_up, axis=1) * r
+            if HAS_SCALE:
+                up *= tl.load(scale_ptr + half + offs_n, mask=offs_n < N, other=0.0)
+            y = _silu_mul(y, up, y_ptr.dtype.element_ty)
+        if RESIDUAL:
+            res = tl.load(y_ptr + offs_n, mask=offs_n < N, other=0.0, cache_modifier=".cg").to(tl.float32)
+            y = y.to(y_ptr.dtype.element_ty).to(tl.float32) + res
         tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=offs_n < N)
 
 
@@ -121,31 +167,32 @@ def _prefetch_phase(w_ptr, N, K, pid, programs, ROWS: tl.constexpr, BLOCK_K: tl.
 
 @triton.jit
 def _gemv_chain_kernel(
-    x_ptr, a_ptr, b_ptr, c_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, sq_ptr, so_ptr, sg_ptr, sd_ptr, barrier_ptr,
-    H, NQ, KO, NG, KD, first, count,
+    x_ptr, a_ptr, c_ptr, wq_ptr, wo_ptr, wg_ptr, wd_ptr, sq_ptr, so_ptr, sg_ptr, sd_ptr, g1_ptr, g2_ptr,
+    barrier_ptr, H, NQ, KO, I, inv_h, eps, first, count,
     ROWS_Q: tl.constexpr, ROWS_O: tl.constexpr, ROWS_G: tl.constexpr, ROWS_D: tl.constexpr,
-    BK_Q: tl.constexpr, BK_O: tl.constexpr, BK_G: tl.constexpr, BK_D: tl.constexpr,
+    BK_Q: tl.constexpr, BK_O: tl.constexpr, BK_G: tl.constexpr, BK_D: tl.constexpr, HP: tl.constexpr,
     HAS_SCALE: tl.constexpr, BARRIERS: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
 ):
-    """Phases first … first + count − 1 of the chain (phase 4l + j: layer l's j-th projection); x [H] →
-    a [NQ] → b [H] → c [NG] → x."""
+    """Phases first … first + count − 1 of the layers (phase 4l + j: layer l's j-th projection): x [H] →
+    a [NQ] → x → c [I] → x."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     for p in range(first, first + count):
         layer = p // 4
         kind = p % 4
+        wide = layer.to(tl.int64)
         if kind == 0:
-            _phase(x_ptr, wq_ptr + layer.to(tl.int64) * NQ * H, sq_ptr + layer * NQ, a_ptr, NQ, H, pid, programs,
-                   ROWS_Q, BK_Q, HAS_SCALE)
+            _phase(x_ptr, wq_ptr + wide * NQ * H, sq_ptr + layer * NQ, g1_ptr + layer * H, a_ptr, NQ, H, 0, inv_h,
+                   eps, pid, programs, ROWS_Q, BK_Q, HAS_SCALE, True, False, False, HP)
         elif kind == 1:
-            _phase(a_ptr, wo_ptr + layer.to(tl.int64) * H * KO, so_ptr + layer * H, b_ptr, H, KO, pid, programs,
-                   ROWS_O, BK_O, HAS_SCALE)
+            _phase(a_ptr, wo_ptr + wide * H * KO, so_ptr + layer * H, g1_ptr, x_ptr, H, KO, 0, inv_h, eps, pid,
+                   programs, ROWS_O, BK_O, HAS_SCALE, False, False, True, HP)
         elif kind == 2:
-            _phase(b_ptr, wg_ptr + layer.to(tl.int64) * NG * H, sg_ptr + layer * NG, c_ptr, NG, H, pid, programs,
-                   ROWS_G, BK_G, HAS_SCALE)
+            _phase(x_ptr, wg_ptr + wide * 2 * I * H, sg_ptr + layer * 2 * I, g2_ptr + layer * H, c_ptr, I, H, I,
+                   inv_h, eps, pid, programs, ROWS_G, BK_G, HAS_SCALE, True, True, False, HP)
         else:
-            _phase(c_ptr, wd_ptr + layer.to(tl.int64) * H * KD, sd_ptr + layer * H, x_ptr, H, KD, pid, programs,
-                   ROWS_D, BK_D, HAS_SCALE)
+            _phase(c_ptr, wd_ptr + wide * H * I, sd_ptr + layer * H, g1_ptr, x_ptr, H, I, 0, inv_h, eps, pid,
+                   programs, ROWS_D, BK_D, HAS_SCALE, False, False, True, HP)
         if BARRIERS:
             if PREFETCH > 0:
                 nxt = p + 1
@@ -156,9 +203,11 @@ def _gemv_chain_kernel(
                     elif nxt % 4 == 1:
                         _prefetch_phase(wo_ptr + nl * H * KO, H, KO, pid, programs, ROWS_O, BK_O, PREFETCH, LINE)
                     elif nxt % 4 == 2:
-                        _prefetch_phase(wg_ptr + nl * NG * H, NG, H, pid, programs, ROWS_G, BK_G, PREFETCH, LINE)
+                        up_rows = wg_ptr + nl * 2 * I * H
+                        _prefetch_phase(up_rows, I, H, pid, programs, ROWS_G, BK_G, PREFETCH, LINE)
+                        _prefetch_phase(up_rows + I * H, I, H, pid, programs, ROWS_G, BK_G, PREFETCH, LINE)
                     else:
-                        _prefetch_phase(wd_ptr + nl * H * KD, H, KD, pid, programs, ROWS_D, BK_D, PREFETCH, LINE)
+                        _prefetch_phase(wd_ptr + nl * H * I, H, I, pid, programs, ROWS_D, BK_D, PREFETCH, LINE)
             _grid_barrier(barrier_ptr, programs)
 
 
@@ -174,24 +223,29 @@ def tile_rows(n: int, programs: int, most: int = 16, slack: float = 1.07) -> int
 
 
 def block_k(k: int, rows: int, weight_bytes: int = 2, load_bytes: int = 16384) -> int:
-    """K-block of a phase: ~`load_bytes` of weights a load for the program, within K's power of two."""
+    """K-block of a phase: ~`load_bytes` of weights a load for the program (`rows` of them: twice the tile's
+    for gate_up), within K's power of two."""
     return max(128, min(triton.next_power_of_2(k), load_bytes // weight_bytes // rows))
 
 
-def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, scales=None, programs: int | None = None,
-               prefetch: int = 0, scratch: tuple | None = None) -> torch.Tensor:
-    """The chain of `gemv_chain_ref` in one launch (one per phase under the interpreter); x [H] is updated
-    in place and returned. `scales`: with int8 weights, each kind's per-row scales [L, N] (fp32). `programs`: the grid (default the GPU's SMs; never more, the barrier needs
-    them all resident). `prefetch`: weight blocks of its next phase each program asks of L2 before a barrier.
-    `scratch`: the (a, b, c) activation buffers, for callers that capture it in a CUDA graph."""
+def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, g1, g2, scales=None, eps: float = 1e-6,
+               programs: int | None = None, prefetch: int = 0, scratch: tuple | None = None) -> torch.Tensor:
+    """The layers of `gemv_chain_ref` in one launch (one per phase under the interpreter); x [H] is updated
+    in place and returned. `scales`: with int8 weights, each kind's per-row scales [L, N] (fp32).
+    `programs`: the grid (default the GPU's SMs; never more, the barrier needs them all resident).
+    `prefetch`: weight blocks of its next phase each program asks of L2 before a barrier. `scratch`: the
+    (a, c) activation buffers, for callers that capture it in a CUDA graph."""
     layers, nq, h = w_qkv.shape
-    ko, ng, kd = w_o.shape[2], w_gate_up.shape[1], w_down.shape[2]
-    if not (w_o.shape[:2] == (layers, h) and w_gate_up.shape == (layers, ng, h) and w_down.shape[:2] == (layers, h)):
-        raise ValueError(f"a chain takes w_qkv [L, Nq, H], w_o [L, H, Ko], w_gate_up [L, Ng, H], w_down [L, H, Kd]; "
-                         f"got {tuple(w_qkv.shape)}, {tuple(w_o.shape)}, {tuple(w_gate_up.shape)}, {tuple(w_down.shape)}")
-    if ko > nq or kd > ng:
-        raise ValueError(f"o reads {ko} of qkv's {nq} outputs and down {kd} of gate_up's {ng}: too many")
-    if x.shape != (h,) or not all(w.is_contiguous() for w in (x, w_qkv, w_o, w_gate_up, w_down)):
+    ko, i = w_o.shape[2], w_gate_up.shape[1] // 2
+    if not (w_o.shape[:2] == (layers, h) and w_gate_up.shape == (layers, 2 * i, h)
+            and w_down.shape == (layers, h, i) and g1.shape == g2.shape == (layers, h)):
+        raise ValueError(f"a chain takes w_qkv [L, Nq, H], w_o [L, H, Ko], w_gate_up [L, 2I, H], w_down [L, H, I], "
+                         f"g1 and g2 [L, H]; got {tuple(w_qkv.shape)}, {tuple(w_o.shape)}, {tuple(w_gate_up.shape)}, "
+                         f"{tuple(w_down.shape)}, {tuple(g1.shape)}, {tuple(g2.shape)}")
+    if ko > nq:
+        raise ValueError(f"o reads {ko} of qkv's {nq} outputs: too many")
+    tensors = (x, w_qkv, w_o, w_gate_up, w_down, g1, g2)
+    if x.shape != (h,) or not all(t.is_contiguous() for t in tensors):
         raise ValueError(f"x must be a contiguous [{h}] and the weights contiguous")
     weights = (w_qkv, w_o, w_gate_up, w_down)
     int8 = [w.dtype == torch.int8 for w in weights]
@@ -206,17 +260,17 @@ def gemv_chain(x: torch.Tensor, w_qkv, w_o, w_gate_up, w_down, scales=None, prog
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         programs = min(programs or sms, sms)
-    a, b, c = scratch or (x.new_empty(nq), x.new_empty(h), x.new_empty(ng))
-    rows = [tile_rows(n, programs) for n in (nq, h, ng, h)]
-    blocks = [block_k(k, r, w_qkv.element_size()) for k, r in zip((h, ko, h, kd), rows)]
+    a, c = scratch or (x.new_empty(nq), x.new_empty(i))
+    rows = [tile_rows(n, programs) for n in (nq, h, i, h)]
+    size = w_qkv.element_size()
+    blocks = [block_k(k, r * (2 if j == 2 else 1), size) for j, (k, r) in enumerate(zip((h, ko, h, i), rows))]
     barrier = grid_barrier_words(x.device)
     launches = [(p, 1) for p in range(4 * layers)] if INTERPRET else [(0, 4 * layers)]
     for first, count in launches:
         _gemv_chain_kernel[(programs,)](
-            x, a, b, c, w_qkv, w_o, w_gate_up, w_down, *(scales or weights), barrier, h, nq, ko, ng, kd, first,
-            count,
+            x, a, c, *weights, *(scales or weights), g1, g2, barrier, h, nq, ko, i, 1.0 / h, eps, first, count,
             ROWS_Q=rows[0], ROWS_O=rows[1], ROWS_G=rows[2], ROWS_D=rows[3],
-            BK_Q=blocks[0], BK_O=blocks[1], BK_G=blocks[2], BK_D=blocks[3], HAS_SCALE=scales is not None,
-            BARRIERS=not INTERPRET, PREFETCH=0 if INTERPRET else prefetch, LINE=128 // w_qkv.element_size(),
-            num_warps=8)
+            BK_Q=blocks[0], BK_O=blocks[1], BK_G=blocks[2], BK_D=blocks[3], HP=triton.next_power_of_2(h),
+            HAS_SCALE=scales is not None, BARRIERS=not INTERPRET, PREFETCH=0 if INTERPRET else prefetch,
+            LINE=128 // size, num_warps=8)
     return x
