@@ -174,34 +174,3 @@ def test_prefill_attention_bench_checks_every_variant(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="queries <= keys"):
         prefill_attention_bench.main(["--chunks", "8/4", "--out", str(tmp_path)])
-
-
-def test_persistent_chain_refuses_bad_input_and_a_cpu(tmp_path):
-    def run(*args):
-        return subprocess.run([sys.executable, "bench/persistent_chain.py", "--out", str(tmp_path), *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=300)
-    bad = run("--models", "0.6b,3b")
-    assert bad.returncode == 2 and "no Qwen3 shape 3b" in bad.stderr
-    assert run("--prefetch", "x").returncode == 2
-    assert "--weights takes bf16 and int8" in run("--weights", "fp8").stderr
-    if not torch.cuda.is_available():
-        cpu = run("--models", "0.6b")
-        assert cpu.returncode == 2 and "need a GPU" in cpu.stderr
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.gpu
-def test_persistent_chain_rows(tmp_path):
-    """The 0.6B shape's chain launched and persistent, BF16 and INT8, each checked against the reference, beside
-    the floor."""
-    import pandas as pd
-
-    run = subprocess.run([sys.executable, "bench/persistent_chain.py", "--out", str(tmp_path), "--models", "0.6b",
-                          "--weights", "bf16,int8", "--prefetch", "0,2", "--rep-ms", "20"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    df = pd.read_csv(next(tmp_path.glob("persistent_chain_*.csv")))
-    assert list(df["what"]) == ["floor", "launched", "persistent", "persistent"] * 2
-    assert list(df["weights"]) == ["bf16"] * 4 + ["int8"] * 4
-    assert (df["rel_error"] < 2e-2).all() and (df["us_per_step"] > 0).all()
-    assert (df.loc[df["what"] != "floor", "fraction_of_floor"] < 1.05).all()

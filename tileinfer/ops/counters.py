@@ -31,10 +31,3 @@ def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
 def argmax_slots(device: torch.device, n: int) -> torch.Tensor:
     """At least `n` int64 argmax slots at EMPTY on `device` (the LM head's epilogue leaves them so)."""
     return _kept("argmax", device, n, torch.int64, EMPTY)
-
-
-def grid_barrier_words(device: torch.device) -> torch.Tensor:
-    """A grid barrier's words on `device` (int32: the arrival count at 0, the generation 32 words on, which
-    only moves forward, a stall flag 48 on): the persistent kernels' (tileinfer.ops.gemv_chain), apart
-    from the counters."""
-    return _kept("grid_barrier", device, 64, torch.int32, 0)
