@@ -14,6 +14,7 @@ from tileinfer.errors import ConfigError
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import Linear, fold_norm_weight, linear, linear_add, norm_linear, quantize_linear
+from tileinfer.ops import skinny_gemm as skinny_gemm_module
 from tileinfer.ops.skinny_gemm import skinny_gemm
 
 EPS = 1e-6
@@ -297,6 +298,35 @@ def test_fused_engine_folds_the_norms_the_drafter_keeps_its_input_norm(tmp_path,
     monkeypatch.setenv("TILEINFER_FUSE_NORMS", "0")
     plain = tileinfer.load(target, draft=draft, weights="bf16", backend="triton")
     assert not any(layer.input_norm_folded or layer.post_norm_folded for layer in plain.target.layers)
+
+
+@pytest.mark.parametrize("m", [1, 5, 16])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_sums_read_early_give_the_same_bits(device, m, split_k, swiglu, monkeypatch):
+    """A norm from another kernel's row sums read right after the wait (`set_early_sums`) gives the bits it
+    gives read after the K loop: over 700 tiles of sums (several chunks), at M = 1, a few rows and 16,
+    with and without split-K and SwiGLU, in both modes."""
+    g = torch.Generator().manual_seed(7 * m + split_k)
+    n, k, tiles = 48, 96, 700
+    x = torch.randn(m, k, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(device, torch.bfloat16)
+    sums = (torch.rand(tiles, 16, generator=g) * k / tiles * 2).to(device)
+    cfg = GemmConfig(block_n=16, block_k=32, split_k=split_k, num_warps=4, num_stages=2)
+    for exact in (False, True):
+        outs = []
+        for early in (False, True):
+            monkeypatch.setattr(skinny_gemm_module, "_early_sums", early)
+            outs.append(skinny_gemm(x, w, norm_sums=sums, config=cfg, exact=exact, eps=EPS, swiglu=swiglu))
+        assert torch.equal(outs[0], outs[1]), f"M={m} split {split_k} exact={exact}"
+        rows = torch.rsqrt(sums.sum(0)[:m] / k + EPS)
+        product = x.float() @ w.float().T
+        if swiglu:
+            gate, up = (product * rows[:, None]).to(torch.bfloat16).float().chunk(2, dim=-1)
+            ref = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
+        else:
+            ref = (product * rows[:, None]).to(torch.bfloat16)
+        assert_close(outs[1], ref, atol=2e-2 * ref.abs().max().item(), rtol=0, what=f"sums read early M={m}")
 
 
 @pytest.mark.parametrize("m", [1, 5, 16])

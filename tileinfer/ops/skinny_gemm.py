@@ -27,10 +27,13 @@ small and in L2: a second load of each tile), and the epilogue scales the sums b
 normed x written). `unit_norm=True` is the same for a W that carries the norm's weight.
 `residual=` folds the residual add after it in: the product, rounded to the model dtype, is added to the
 residual stream in place; with `row_sums=True` each tile also writes the Σ of its columns' squares of the
-new stream, so the next folded norm (`norm_sums=`) reads its statistics instead of summing x² itself.
+new stream, so the next folded norm (`norm_sums=`) reads its statistics instead of summing x² itself —
+after its K loop, or right after the grid-dependency wait with `set_early_sums` (the same bits).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -45,12 +48,25 @@ from tileinfer.ops.gemm_configs import GemmConfig, get_config
 from tileinfer.ops.pdl import launch_options, prefetch_l2
 
 MAX_M = 16
+_early_sums = os.environ.get("TILEINFER_EARLY_SUMS", "0") != "0"
 SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
 SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
 ARGMAX_GROUP = 256  # tiles per argmax arrival counter
 I8_ASM: tl.constexpr = tl.constexpr(not INTERPRET)  # PTX for the int8 conversion (the interpreter has none)
 KEY_CHUNK: tl.constexpr = tl.constexpr(64)  # tiles' argmax keys read per load
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)  # int32s between the argmax's counters: one 128-byte line each
+
+
+def set_early_sums(on: bool) -> None:
+    """A norm read from another kernel's row sums (`norm_sums=`) loads them right after the grid-dependency
+    wait, beside the first weight tiles, instead of after the K loop; for kernels launched from now on (off
+    unless TILEINFER_EARLY_SUMS=1). The bits are the same either way."""
+    global _early_sums
+    _early_sums = bool(on)
+
+
+def early_sums_label() -> str:
+    return "on" if _early_sums else "off"
 
 
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -135,10 +151,12 @@ def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, L
 
 @triton.jit
 def _rows_acc(
-    x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows,
+    x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows, sums_ptr,
+    sums_tiles,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
     NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr, WORDS: tl.constexpr,
+    EARLY_SUMS: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -149,7 +167,9 @@ def _rows_acc(
     The GEMV keeps the next weight tile in flight while it multiplies the current one, and loads its first
     tile before the grid-dependency wait: weights never depend on the kernel before, x does. WORDS (int8
     W, bf16 x and g): the GEMV reads W as int32 words of four weights and x, g as int64 words of four
-    values, and multiplies byte b of word j with x[4j + b] (`_words_fma`), BLOCK_K // 4 words a row."""
+    values, and multiplies byte b of word j with x[4j + b] (`_words_fma`), BLOCK_K // 4 words a row.
+    EARLY_SUMS: the third result is the Σx² another kernel's tiles left at sums_ptr (`_given_sums`), read
+    right after the wait, while the first weight tiles are still on their way, not after the K loop."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -159,7 +179,7 @@ def _rows_acc(
             _prefetch_l2(w_ptr, w_rows2, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
     if BLOCK_M == 1 and WORDS:
         return _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
-                               BLOCK_N, BLOCK_K, TWO, PDL, NORM)
+                               sums_ptr, sums_tiles, BLOCK_N, BLOCK_K, TWO, PDL, NORM, EARLY_SUMS)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -171,6 +191,8 @@ def _rows_acc(
             w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
         if PDL:
             gdc_wait()
+        if EARLY_SUMS:
+            given = _given_sums(sums_ptr, sums_tiles, 0, BLOCK_M)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             w = w_next
@@ -191,6 +213,8 @@ def _rows_acc(
         out = tl.sum(acc, axis=1)
         out2 = tl.sum(acc2, axis=1)
         ss = tl.sum(sq, axis=0)
+        if EARLY_SUMS:
+            ss = given
         if HAS_SCALE:
             out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
             if TWO:
@@ -204,6 +228,8 @@ def _rows_acc(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        if EARLY_SUMS:
+            ss = _given_sums(sums_ptr, sums_tiles, offs_m, BLOCK_M)
         # Σx² from loads of their own: summing the dot's operand (staged in shared memory by the pipeliner)
         # gave wrong rows on the H200 when other kernels shared the GPU. Where the tile is small (the BF16
         # wgmma configs) it is loaded one K-block ahead, so the sum does not wait out L2's latency in every
@@ -246,9 +272,9 @@ def _rows_acc(
 
 
 @triton.jit
-def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
-                    NORM: tl.constexpr):
+def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows, sums_ptr,
+                    sums_tiles, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
+                    NORM: tl.constexpr, EARLY_SUMS: tl.constexpr):
     """`_rows_acc`'s GEMV for int8 weights read as int32 words (WORDS): same results up to summation order."""
     KW: tl.constexpr = BLOCK_K // 4
     row_words = stride_wn // 4
@@ -268,6 +294,8 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
         w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
     if PDL:
         gdc_wait()
+    if EARLY_SUMS:
+        given = _given_sums(sums_ptr, sums_tiles, 0, 1)
     for j0 in range(k_start // 4, j_end, KW):
         offs_j = j0 + tl.arange(0, KW)
         w = w_next
@@ -289,7 +317,10 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
     out2 = tl.sum(acc2, axis=1)
     if TWO:
         out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    return out, out2, tl.sum(sq, axis=0)
+    ss = tl.sum(sq, axis=0)
+    if EARLY_SUMS:
+        ss = given
+    return out, out2, ss
 
 
 @triton.jit
@@ -349,7 +380,7 @@ def _skinny_gemm_kernel(
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
-    WORDS: tl.constexpr,
+    WORDS: tl.constexpr, EARLY_SUMS: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -380,8 +411,9 @@ def _skinny_gemm_kernel(
     k_end = tl.minimum(k_start + k_per_split, K)
     LOOP_NORM: tl.constexpr = NORM if NORM < 3 else 0
     acc, up, ss = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
-                            stride_wn, half, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8,
-                            SWIGLU, PDL, LOOP_NORM, PREFETCH, LINES, WORDS)
+                            stride_wn, half, sums_in_ptr, sums_in_tiles, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K,
+                            DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM, PREFETCH, LINES, WORDS,
+                            EARLY_SUMS)
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
@@ -417,7 +449,8 @@ def _skinny_gemm_kernel(
             tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
     if done:
         if NORM == 3:
-            ss = _given_sums(sums_in_ptr, sums_in_tiles, offs_m, BLOCK_M)
+            if not EARLY_SUMS:
+                ss = _given_sums(sums_in_ptr, sums_in_tiles, offs_m, BLOCK_M)
         if NORM:
             r = _rms_scale(ss, inv_k, eps)
             if BLOCK_M > 1:
@@ -582,6 +615,7 @@ def skinny_gemm(
                                                               dtype=x.dtype)
 
     words = block_m == 1 and reads_words(x, w, scale, norm)
+    early = _early_sums and norm_mode == 3
 
     def launch(c: GemmConfig):
         nonlocal sums_out
@@ -609,11 +643,11 @@ def skinny_gemm(
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
-            WORDS=words and c.fast_i8,
+            WORDS=words and c.fast_i8, EARLY_SUMS=early,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
-           argmax, row_sums, words)
+           argmax, row_sums, words, early)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return (y, sums_out) if row_sums else y
