@@ -17,9 +17,9 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 `--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
 (TILEINFER_STEP_KV, fused layers only); `--early-kv off,on` without and with the target's attention
-loading each split's first K/V block before that wait (`decode_attention.set_early_kv`); `--early-sums off,on`
-without and with the folded norms reading the row sums they are given right after that wait, not after their
-K loop (`skinny_gemm.set_early_sums`); `--num-splits
+loading each split's first K/V block before that wait (`decode_attention.set_early_kv`); `--early-epilogue off,on`
+without and with the GEMMs reading their epilogue's inputs from the kernel before (a folded norm's row sums, the
+residual rows) right after that wait, not after their K loop (`skinny_gemm.set_early_epilogue`); `--num-splits
 auto,16,24` with the engine's split count for the decode attention and with each count given;
 `--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
 column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
@@ -103,7 +103,7 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl=pdl_label(device),
                 prefetch_k=gemm_configs.prefetch_k(), kv_prefetch=decode_attention.kv_prefetch_label(device),
-                early_kv=decode_attention.early_kv_label(), early_sums=skinny_gemm.early_sums_label(),
+                early_kv=decode_attention.early_kv_label(), early_epilogue=skinny_gemm.early_epilogue_label(),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
                 drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
@@ -193,8 +193,8 @@ def main(argv=None):
                         help="off, on, decode (one-token steps, the default) or several, comma-separated: Q/K norms, "
                              "RoPE, KV write in the attention")
     parser.add_argument("--early-kv", default="off", help="off, on or off,on: first K/V block read before PDL's wait")
-    parser.add_argument("--early-sums", default="off",
-                        help="off, on or off,on: a folded norm's given row sums read right after PDL's wait")
+    parser.add_argument("--early-epilogue", default="off",
+                        help="off, on or off,on: the GEMMs' row sums and residual rows read right after PDL's wait")
     parser.add_argument("--num-splits", default="auto",
                         help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
     parser.add_argument("--launches", action="store_true",
@@ -210,8 +210,8 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_sums, args.num_splits = (
-        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_sums,
+    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.num_splits = (
+        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue,
                                args.num_splits))
     bad_splits = [x for x in args.num_splits if x != "auto" and not (x.isdigit() and int(x) >= 1)]
     if bad_splits:
@@ -219,7 +219,7 @@ def main(argv=None):
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on", "decode")),
-                               ("--early-kv", args.early_kv, ("off", "on")), ("--early-sums", args.early_sums, ("off", "on"))):
+                               ("--early-kv", args.early_kv, ("off", "on")), ("--early-epilogue", args.early_epilogue, ("off", "on"))):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -248,24 +248,24 @@ def main(argv=None):
 
     tic = time.perf_counter()
     early_before = decode_attention.early_kv_label() == "on"
-    sums_before = skinny_gemm.early_sums_label() == "on"
+    epilogue_before = skinny_gemm.early_epilogue_label() == "on"
     with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
         for setting in args.pdl:
             pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
             for model in args.models:
                 for fuse, blocks, kv, step_kv, early, sums, splits in itertools.product(
-                        args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.early_sums,
+                        args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue,
                         args.num_splits):
                     if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
                         continue  # unfused layers have no step_kv: measured once, as "off"
                     gemm_configs.set_prefetch_k(blocks)
                     decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                     decode_attention.set_early_kv(early == "on")
-                    skinny_gemm.set_early_sums(sums == "on")
+                    skinny_gemm.set_early_epilogue(sums == "on")
                     with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
                         first = (fuse, blocks, kv, step_kv, early, sums, splits) == (
                             args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0], args.step_kv[0], args.early_kv[0],
-                            args.early_sums[0], args.num_splits[0])
+                            args.early_epilogue[0], args.num_splits[0])
                         measure_model(model, args, bandwidth, record, cublas=first,
                                       record_sites=record_sites if args.launches else None, num_splits=splits)
                     # written after each model, so a run cut short keeps what it measured
@@ -273,12 +273,12 @@ def main(argv=None):
                     if site_table:
                         write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                     print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
-                          f"step K/V {step_kv}, early K/V {early}, early sums {sums}, splits {splits}: done at "
+                          f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, splits {splits}: done at "
                           f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
     decode_attention.set_early_kv(early_before)
-    skinny_gemm.set_early_sums(sums_before)
+    skinny_gemm.set_early_epilogue(epilogue_before)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
@@ -288,7 +288,7 @@ def main(argv=None):
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
-              f"{r['step_kv']:>3} {r['early_kv']:>3} {r['early_sums']:>3} {r['num_splits']:>6}")
+              f"{r['step_kv']:>3} {r['early_kv']:>3} {r['early_epilogue']:>3} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
     return rows

@@ -77,7 +77,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
     (["--points", "tiny", "--kv-prefetch", "yes"], "--kv-prefetch: unknown yes"),
     (["--points", "tiny", "--step-kv", "both"], "--step-kv: unknown both"),
     (["--points", "tiny", "--early-kv", "soon"], "--early-kv: unknown soon"),
-    (["--points", "tiny", "--early-sums", "late"], "--early-sums: unknown late"),
+    (["--points", "tiny", "--early-epilogue", "late"], "--early-epilogue: unknown late"),
     (["--points", "tiny", "--num-splits", "auto,0"], "--num-splits takes auto or counts >= 1, got 0"),
 ])
 def test_unknown_value_is_named(args, message, tmp_path, capsys):
@@ -126,18 +126,18 @@ def test_early_kv_and_split_counts_measured_each(tmp_path):
     assert decode_attention.early_kv_label() == before  # as it was before the run
 
 
-def test_early_sums_measured_each(tmp_path, monkeypatch):
-    """`--early-sums off,on`: the fused one-token layers with the folded norms' row sums read after the K loop,
-    then right after the wait, each row labelled; the switch as it was after the run."""
+def test_early_epilogue_measured_each(tmp_path, monkeypatch):
+    """`--early-epilogue off,on`: the fused one-token layers with the GEMMs' row sums and residual rows read
+    after the K loop, then right after the wait, each row labelled; the switch as it was after the run."""
     from tileinfer.ops import skinny_gemm
 
     monkeypatch.setenv("TILEINFER_EXACT", "0")  # fused layers are for one-token steps outside exact mode
-    before = skinny_gemm.early_sums_label()
+    before = skinny_gemm.early_epilogue_label()
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--early-sums", "off,on", "--no-cublas", "--bandwidth-gbs", "50",
+                      "1", "--pdl", "off", "--early-epilogue", "off,on", "--no-cublas", "--bandwidth-gbs", "50",
                       "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
     (path,) = tmp_path.glob("floor_*.csv")
     table = pd.read_csv(path)
-    assert list(zip(table["mode"], table["early_sums"])) == [
+    assert list(zip(table["mode"], table["early_epilogue"])) == [
         ("plain", "off"), ("dflash", "off"), ("plain", "on"), ("dflash", "on")]
-    assert skinny_gemm.early_sums_label() == before
+    assert skinny_gemm.early_epilogue_label() == before

@@ -15,7 +15,7 @@ from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import Linear, fold_norm_weight, linear, linear_add, norm_linear, quantize_linear
 from tileinfer.ops import skinny_gemm as skinny_gemm_module
-from tileinfer.ops.skinny_gemm import skinny_gemm
+from tileinfer.ops.skinny_gemm import skinny_gemm, skinny_gemm_ref
 
 EPS = 1e-6
 
@@ -304,8 +304,8 @@ def test_fused_engine_folds_the_norms_the_drafter_keeps_its_input_norm(tmp_path,
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize("swiglu", [False, True])
 def test_sums_read_early_give_the_same_bits(device, m, split_k, swiglu, monkeypatch):
-    """A norm from another kernel's row sums read right after the wait (`set_early_sums`) gives the bits it
-    gives read after the K loop: over 700 tiles of sums (several chunks), at M = 1, a few rows and 16,
+    """A norm from another kernel's row sums read right after the wait (`set_early_epilogue`) gives the bits
+    it gives read after the K loop: over 700 tiles of sums (several chunks), at M = 1, a few rows and 16,
     with and without split-K and SwiGLU, in both modes."""
     g = torch.Generator().manual_seed(7 * m + split_k)
     n, k, tiles = 48, 96, 700
@@ -316,7 +316,7 @@ def test_sums_read_early_give_the_same_bits(device, m, split_k, swiglu, monkeypa
     for exact in (False, True):
         outs = []
         for early in (False, True):
-            monkeypatch.setattr(skinny_gemm_module, "_early_sums", early)
+            monkeypatch.setattr(skinny_gemm_module, "_early_epilogue", early)
             outs.append(skinny_gemm(x, w, norm_sums=sums, config=cfg, exact=exact, eps=EPS, swiglu=swiglu))
         assert torch.equal(outs[0], outs[1]), f"M={m} split {split_k} exact={exact}"
         rows = torch.rsqrt(sums.sum(0)[:m] / k + EPS)
@@ -327,6 +327,35 @@ def test_sums_read_early_give_the_same_bits(device, m, split_k, swiglu, monkeypa
         else:
             ref = (product * rows[:, None]).to(torch.bfloat16)
         assert_close(outs[1], ref, atol=2e-2 * ref.abs().max().item(), rtol=0, what=f"sums read early M={m}")
+
+
+@pytest.mark.parametrize("m", [1, 5, 16])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
+def test_residual_read_early_gives_the_same_bits(device, m, split_k, int8, monkeypatch):
+    """The residual stream's rows read right after the wait (`set_early_epilogue`): the same new stream and
+    row sums as read after the K loop, with split-K (every split reads them, the last one adds), int8
+    weights (the GEMV's words path at M = 1) and in both modes."""
+    g = torch.Generator().manual_seed(11 * m + split_k)
+    n, k = 72, 96
+    x = torch.randn(m, k, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(device, torch.bfloat16)
+    scale = None
+    if int8:
+        lin = quantize_linear(Linear(weight=w))
+        w, scale = lin.qweight, lin.scale
+    residual = (torch.randn(m, n, generator=g) * 3).to(device, torch.bfloat16)
+    cfg = GemmConfig(block_n=16, block_k=32, split_k=split_k, num_warps=4, num_stages=2)
+    for exact in (False, True):
+        outs = []
+        for early in (False, True):
+            monkeypatch.setattr(skinny_gemm_module, "_early_epilogue", early)
+            outs.append(skinny_gemm(x, w, scale, residual=residual.clone(), config=cfg, exact=exact, row_sums=True))
+        # the sums' columns past the rows (all but the first in a GEMV) are never written
+        assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1][:, :m], outs[1][1][:, :m]), \
+            f"M={m} split {split_k} exact={exact}"
+        ref = (skinny_gemm_ref(x, w, scale).float() + residual.float()).to(torch.bfloat16)
+        assert_close(outs[1][0], ref, atol=2e-2 * ref.abs().max().item(), rtol=0, what=f"early residual M={m}")
 
 
 @pytest.mark.parametrize("m", [1, 5, 16])

@@ -28,7 +28,8 @@ normed x written). `unit_norm=True` is the same for a W that carries the norm's 
 `residual=` folds the residual add after it in: the product, rounded to the model dtype, is added to the
 residual stream in place; with `row_sums=True` each tile also writes the Σ of its columns' squares of the
 new stream, so the next folded norm (`norm_sums=`) reads its statistics instead of summing x² itself —
-after its K loop, or right after the grid-dependency wait with `set_early_sums` (the same bits).
+after its K loop, or right after the grid-dependency wait with `set_early_epilogue` (as the residual rows; the
+same bits).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from tileinfer.ops.gemm_configs import GemmConfig, get_config
 from tileinfer.ops.pdl import launch_options, prefetch_l2
 
 MAX_M = 16
-_early_sums = os.environ.get("TILEINFER_EARLY_SUMS", "0") != "0"
+_early_epilogue = os.environ.get("TILEINFER_EARLY_EPILOGUE", "0") != "0"
 SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
 SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
 ARGMAX_GROUP = 256  # tiles per argmax arrival counter
@@ -57,16 +58,17 @@ KEY_CHUNK: tl.constexpr = tl.constexpr(64)  # tiles' argmax keys read per load
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)  # int32s between the argmax's counters: one 128-byte line each
 
 
-def set_early_sums(on: bool) -> None:
-    """A norm read from another kernel's row sums (`norm_sums=`) loads them right after the grid-dependency
-    wait, beside the first weight tiles, instead of after the K loop; for kernels launched from now on (off
-    unless TILEINFER_EARLY_SUMS=1). The bits are the same either way."""
-    global _early_sums
-    _early_sums = bool(on)
+def set_early_epilogue(on: bool) -> None:
+    """The epilogue's inputs from the kernel before — a folded norm's row sums (`norm_sums=`), the residual
+    stream's rows (`residual=`) — loaded right after the grid-dependency wait, beside the first weight tiles,
+    instead of after the K loop; for kernels launched from now on (off unless TILEINFER_EARLY_EPILOGUE=1).
+    The bits are the same either way."""
+    global _early_epilogue
+    _early_epilogue = bool(on)
 
 
-def early_sums_label() -> str:
-    return "on" if _early_sums else "off"
+def early_epilogue_label() -> str:
+    return "on" if _early_epilogue else "off"
 
 
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -152,11 +154,11 @@ def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, L
 @triton.jit
 def _rows_acc(
     x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows, sums_ptr,
-    sums_tiles,
+    sums_tiles, res_ptrs, res_mask,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
     NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr, WORDS: tl.constexpr,
-    EARLY_SUMS: tl.constexpr,
+    EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -169,7 +171,8 @@ def _rows_acc(
     W, bf16 x and g): the GEMV reads W as int32 words of four weights and x, g as int64 words of four
     values, and multiplies byte b of word j with x[4j + b] (`_words_fma`), BLOCK_K // 4 words a row.
     EARLY_SUMS: the third result is the Σx² another kernel's tiles left at sums_ptr (`_given_sums`), read
-    right after the wait, while the first weight tiles are still on their way, not after the K loop."""
+    right after the wait, while the first weight tiles are still on their way, not after the K loop.
+    EARLY_RES: the fourth is the residual stream's tile at res_ptrs, read there too (else a placeholder)."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -179,7 +182,8 @@ def _rows_acc(
             _prefetch_l2(w_ptr, w_rows2, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
     if BLOCK_M == 1 and WORDS:
         return _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
-                               sums_ptr, sums_tiles, BLOCK_N, BLOCK_K, TWO, PDL, NORM, EARLY_SUMS)
+                               sums_ptr, sums_tiles, res_ptrs, res_mask, BLOCK_N, BLOCK_K, TWO, PDL, NORM, EARLY_SUMS,
+                               EARLY_RES)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -193,6 +197,9 @@ def _rows_acc(
             gdc_wait()
         if EARLY_SUMS:
             given = _given_sums(sums_ptr, sums_tiles, 0, BLOCK_M)
+        res = 0.0
+        if EARLY_RES:
+            res = tl.load(res_ptrs, mask=res_mask, other=0.0)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             w = w_next
@@ -219,7 +226,7 @@ def _rows_acc(
             out *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
             if TWO:
                 out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        return out, out2, ss
+        return out, out2, ss, res
     else:
         if PDL:
             gdc_wait()
@@ -230,6 +237,9 @@ def _rows_acc(
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if EARLY_SUMS:
             ss = _given_sums(sums_ptr, sums_tiles, offs_m, BLOCK_M)
+        res = 0.0
+        if EARLY_RES:
+            res = tl.load(res_ptrs, mask=res_mask, other=0.0)
         # Σx² from loads of their own: summing the dot's operand (staged in shared memory by the pipeliner)
         # gave wrong rows on the H200 when other kernels shared the GPU. Where the tile is small (the BF16
         # wgmma configs) it is loaded one K-block ahead, so the sum does not wait out L2's latency in every
@@ -268,13 +278,13 @@ def _rows_acc(
             acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
             if TWO:
                 acc2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
-        return acc, acc2, ss
+        return acc, acc2, ss, res
 
 
 @triton.jit
 def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows, sums_ptr,
-                    sums_tiles, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
-                    NORM: tl.constexpr, EARLY_SUMS: tl.constexpr):
+                    sums_tiles, res_ptrs, res_mask, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr,
+                    PDL: tl.constexpr, NORM: tl.constexpr, EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr):
     """`_rows_acc`'s GEMV for int8 weights read as int32 words (WORDS): same results up to summation order."""
     KW: tl.constexpr = BLOCK_K // 4
     row_words = stride_wn // 4
@@ -296,6 +306,9 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
         gdc_wait()
     if EARLY_SUMS:
         given = _given_sums(sums_ptr, sums_tiles, 0, 1)
+    res = 0.0
+    if EARLY_RES:
+        res = tl.load(res_ptrs, mask=res_mask, other=0.0)
     for j0 in range(k_start // 4, j_end, KW):
         offs_j = j0 + tl.arange(0, KW)
         w = w_next
@@ -320,7 +333,7 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
     ss = tl.sum(sq, axis=0)
     if EARLY_SUMS:
         ss = given
-    return out, out2, ss
+    return out, out2, ss, res
 
 
 @triton.jit
@@ -380,7 +393,7 @@ def _skinny_gemm_kernel(
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
-    WORDS: tl.constexpr, EARLY_SUMS: tl.constexpr,
+    WORDS: tl.constexpr, EARLY: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -410,10 +423,8 @@ def _skinny_gemm_kernel(
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     LOOP_NORM: tl.constexpr = NORM if NORM < 3 else 0
-    acc, up, ss = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
-                            stride_wn, half, sums_in_ptr, sums_in_tiles, HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K,
-                            DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM, PREFETCH, LINES, WORDS,
-                            EARLY_SUMS)
+    EARLY_SUMS: tl.constexpr = EARLY and NORM == 3
+    EARLY_RES: tl.constexpr = EARLY and RESIDUAL
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
         part_ptrs = part_ptr + pid_k * M * N + offs_n
@@ -424,6 +435,10 @@ def _skinny_gemm_kernel(
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         part_ptrs = part_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None]
         mask = n_mask[:, None] & (offs_m < M)[None, :]
+    acc, up, ss, res = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
+                                 stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, HAS_SCALE, BLOCK_M,
+                                 BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM, PREFETCH,
+                                 LINES, WORDS, EARLY_SUMS, EARLY_RES)
     done = True
     if PARTIAL:
         tl.store(part_ptrs, acc, mask=mask)
@@ -466,8 +481,11 @@ def _skinny_gemm_kernel(
         else:
             out = acc.to(y_ptr.dtype.element_ty)
             if RESIDUAL:
-                res = tl.load(y_ptrs, mask=mask, other=0.0)
-                out = (out.to(tl.float32) + res.to(tl.float32)).to(y_ptr.dtype.element_ty)
+                if EARLY_RES:
+                    stream = res
+                else:
+                    stream = tl.load(y_ptrs, mask=mask, other=0.0)
+                out = (out.to(tl.float32) + stream.to(tl.float32)).to(y_ptr.dtype.element_ty)
             tl.store(y_ptrs, out, mask=mask)
             if SUMS_OUT:
                 sq = out.to(tl.float32)
@@ -615,7 +633,7 @@ def skinny_gemm(
                                                               dtype=x.dtype)
 
     words = block_m == 1 and reads_words(x, w, scale, norm)
-    early = _early_sums and norm_mode == 3
+    early = _early_epilogue and (norm_mode == 3 or residual is not None)
 
     def launch(c: GemmConfig):
         nonlocal sums_out
@@ -643,7 +661,7 @@ def skinny_gemm(
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
-            WORDS=words and c.fast_i8, EARLY_SUMS=early,
+            WORDS=words and c.fast_i8, EARLY=early,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
