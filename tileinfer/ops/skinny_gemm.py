@@ -413,6 +413,8 @@ def _skinny_gemm_kernel(
     column of the largest value): each tile stores its keys to tile_keys_ptr [tiles, BLOCK_M], the last
     tile of each ARGMAX_GROUP folds the group's into key_ptr's slots by atomic max, and the last group to
     arrive writes the ids and resets the slots (counters after the tiles' own, COUNTER_STRIDE apart).
+    EARLY: the epilogue's inputs from the kernel before (NORM 3's sums, RESIDUAL's rows) are loaded right after
+    the grid-dependency wait, in `_rows_acc`, not after the K loop.
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
