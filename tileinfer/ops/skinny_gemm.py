@@ -152,6 +152,22 @@ def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, L
 
 
 @triton.jit
+def _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M: tl.constexpr, PDL: tl.constexpr,
+                      EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr):
+    """The grid-dependency wait, then what the epilogue takes from the kernel before when read early: the
+    Σx² its tiles left (`_given_sums`) and the residual stream's tile at res_ptrs (each 0.0 when not)."""
+    if PDL:
+        gdc_wait()
+    given = 0.0
+    if EARLY_SUMS:
+        given = _given_sums(sums_ptr, sums_tiles, offs_m, BLOCK_M)
+    res = 0.0
+    if EARLY_RES:
+        res = tl.load(res_ptrs, mask=res_mask, other=0.0)
+    return given, res
+
+
+@triton.jit
 def _rows_acc(
     x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows, sums_ptr,
     sums_tiles, res_ptrs, res_mask,
@@ -193,13 +209,8 @@ def _rows_acc(
         w2_next = w_next
         if TWO:
             w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
-        if PDL:
-            gdc_wait()
-        if EARLY_SUMS:
-            given = _given_sums(sums_ptr, sums_tiles, 0, BLOCK_M)
-        res = 0.0
-        if EARLY_RES:
-            res = tl.load(res_ptrs, mask=res_mask, other=0.0)
+        given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, BLOCK_M, PDL, EARLY_SUMS,
+                                       EARLY_RES)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             w = w_next
@@ -228,18 +239,15 @@ def _rows_acc(
                 out2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)
         return out, out2, ss, res
     else:
-        if PDL:
-            gdc_wait()
         offs_m = tl.arange(0, BLOCK_M)
         m_mask = offs_m < M
+        given, res = _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M, PDL, EARLY_SUMS,
+                                       EARLY_RES)
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if EARLY_SUMS:
-            ss = _given_sums(sums_ptr, sums_tiles, offs_m, BLOCK_M)
-        res = 0.0
-        if EARLY_RES:
-            res = tl.load(res_ptrs, mask=res_mask, other=0.0)
+            ss = given
         # Σx² from loads of their own: summing the dot's operand (staged in shared memory by the pipeliner)
         # gave wrong rows on the H200 when other kernels shared the GPU. Where the tile is small (the BF16
         # wgmma configs) it is loaded one K-block ahead, so the sum does not wait out L2's latency in every
@@ -302,13 +310,7 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
     w2_next = w_next
     if TWO:
         w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
-    if PDL:
-        gdc_wait()
-    if EARLY_SUMS:
-        given = _given_sums(sums_ptr, sums_tiles, 0, 1)
-    res = 0.0
-    if EARLY_RES:
-        res = tl.load(res_ptrs, mask=res_mask, other=0.0)
+    given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL, EARLY_SUMS, EARLY_RES)
     for j0 in range(k_start // 4, j_end, KW):
         offs_j = j0 + tl.arange(0, KW)
         w = w_next
