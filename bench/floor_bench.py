@@ -19,7 +19,9 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 (TILEINFER_STEP_KV, fused layers only); `--early-kv off,on` without and with the target's attention
 loading each split's first K/V block before that wait (`decode_attention.set_early_kv`); `--early-epilogue off,on`
 without and with the GEMMs reading their epilogue's inputs from the kernel before (a folded norm's row sums, the
-residual rows) right after that wait, not after their K loop (`skinny_gemm.set_early_epilogue`); `--num-splits
+residual rows) right after that wait, not after their K loop (`skinny_gemm.set_early_epilogue`); `--l2-ahead off,on`
+without and with each decode attention asking L2 for the o projection's weight right after that wait, in bulk
+requests shared by its programs (`decode_attention.set_l2_ahead`); `--num-splits
 auto,16,24` with the engine's split count for the decode attention and with each count given;
 `--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
 column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
@@ -104,6 +106,7 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 us_per_layer_over_floor=per_layer, pdl=pdl_label(device),
                 prefetch_k=gemm_configs.prefetch_k(), kv_prefetch=decode_attention.kv_prefetch_label(device),
                 early_kv=decode_attention.early_kv_label(), early_epilogue=skinny_gemm.early_epilogue_label(),
+                l2_ahead=decode_attention.l2_ahead_label(),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
                 drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
@@ -195,6 +198,8 @@ def main(argv=None):
     parser.add_argument("--early-kv", default="off", help="off, on or off,on: first K/V block read before PDL's wait")
     parser.add_argument("--early-epilogue", default="off",
                         help="off, on or off,on: the GEMMs' row sums and residual rows read right after PDL's wait")
+    parser.add_argument("--l2-ahead", default="off",
+                        help="off, on or off,on: the decode attention asks L2 for o_proj's weight after PDL's wait")
     parser.add_argument("--num-splits", default="auto",
                         help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
     parser.add_argument("--launches", action="store_true",
@@ -210,16 +215,17 @@ def main(argv=None):
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
-    args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.num_splits = (
-        s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue,
-                               args.num_splits))
+    (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead,
+     args.num_splits) = (s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv,
+                                                 args.early_epilogue, args.l2_ahead, args.num_splits))
     bad_splits = [x for x in args.num_splits if x != "auto" and not (x.isdigit() and int(x) >= 1)]
     if bad_splits:
         parser.error(f"--num-splits takes auto or counts >= 1, got {', '.join(bad_splits)}")
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on", "decode")),
-                               ("--early-kv", args.early_kv, ("off", "on")), ("--early-epilogue", args.early_epilogue, ("off", "on"))):
+                               ("--early-kv", args.early_kv, ("off", "on")), ("--early-epilogue", args.early_epilogue, ("off", "on")),
+                               ("--l2-ahead", args.l2_ahead, ("off", "on"))):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -249,23 +255,25 @@ def main(argv=None):
     tic = time.perf_counter()
     early_before = decode_attention.early_kv_label() == "on"
     epilogue_before = skinny_gemm.early_epilogue_label() == "on"
+    ahead_before = decode_attention.l2_ahead_label() == "on"
     with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
         for setting in args.pdl:
             pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
             for model in args.models:
-                for fuse, blocks, kv, step_kv, early, sums, splits in itertools.product(
+                for fuse, blocks, kv, step_kv, early, sums, ahead, splits in itertools.product(
                         args.fuse_norms, args.prefetch_k, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue,
-                        args.num_splits):
+                        args.l2_ahead, args.num_splits):
                     if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
                         continue  # unfused layers have no step_kv: measured once, as "off"
                     gemm_configs.set_prefetch_k(blocks)
                     decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                     decode_attention.set_early_kv(early == "on")
                     skinny_gemm.set_early_epilogue(sums == "on")
+                    decode_attention.set_l2_ahead(ahead == "on")
                     with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
-                        first = (fuse, blocks, kv, step_kv, early, sums, splits) == (
+                        first = (fuse, blocks, kv, step_kv, early, sums, ahead, splits) == (
                             args.fuse_norms[0], args.prefetch_k[0], args.kv_prefetch[0], args.step_kv[0], args.early_kv[0],
-                            args.early_epilogue[0], args.num_splits[0])
+                            args.early_epilogue[0], args.l2_ahead[0], args.num_splits[0])
                         measure_model(model, args, bandwidth, record, cublas=first,
                                       record_sites=record_sites if args.launches else None, num_splits=splits)
                     # written after each model, so a run cut short keeps what it measured
@@ -273,22 +281,23 @@ def main(argv=None):
                     if site_table:
                         write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                     print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
-                          f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, splits {splits}: done at "
+                          f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, splits {splits}: done at "
                           f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     decode_attention.set_kv_prefetch(True)
     decode_attention.set_early_kv(early_before)
     skinny_gemm.set_early_epilogue(epilogue_before)
+    decode_attention.set_l2_ahead(ahead_before)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'kv':>3} "
-          f"{'skv':>3} {'ekv':>3} {'esm':>3} {'splits':>6}")
+          f"{'skv':>3} {'ekv':>3} {'esm':>3} {'l2a':>3} {'splits':>6}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['kv_prefetch']:>3} "
-              f"{r['step_kv']:>3} {r['early_kv']:>3} {r['early_epilogue']:>3} {r['num_splits']:>6}")
+              f"{r['step_kv']:>3} {r['early_kv']:>3} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
     return rows

@@ -5,7 +5,8 @@ import torch.nn.functional as F
 from tests.conftest import assert_close
 from tileinfer.errors import ConfigError
 from tileinfer.ops.attention import attention_ref, default_num_splits
-from tileinfer.ops.decode_attention import decode_attention
+from tileinfer.ops import decode_attention as decode_attention_module
+from tileinfer.ops.decode_attention import _ahead_bytes, decode_attention
 from tileinfer.ops.prefill_attention import prefill_attention, tma_loads_fit
 
 # The interpreter truncates fp32 → bf16, so bf16 results get bf16 tolerances.
@@ -67,9 +68,10 @@ def test_decode_any_prefetch_bound(prefetch_rows, device):
     (130, 1, True, 3, 0), (300, 16, True, 2, 0), (64, 16, True, 1, 0), (37, 3, False, 3, 0),
     (200, 16, True, 5, 64),  # exact mode: the block's rows straddle a split boundary
 ])
-def test_decode_early_kv_has_the_same_bits(kv_len, num_q_tokens, causal, num_splits, split_size, device):
+def test_decode_early_kv_has_the_same_bits(kv_len, num_q_tokens, causal, num_splits, split_size, device, monkeypatch):
     """Reading each share's first block before the grid-dependency wait (the step's own rows again after
     it) changes nothing in the output."""
+    monkeypatch.setattr(decode_attention_module, "_early_kv", True)  # calls' early_kv count only where it is on
     q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
     kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
     kw = dict(causal=causal, num_splits=num_splits, split_size=split_size, block_m=64 if split_size else None)
@@ -94,9 +96,11 @@ def test_decode_with_tma_descriptors(kv_len, num_q_tokens, causal, num_splits, d
     (300, 16, True, 3, 4), (300, 16, True, 5, 3), (130, 16, False, 2, 4), (37, 5, True, 3, 2), (200, 16, True, 4, 1),
     (64, 16, True, 1, 16), (70, 7, True, 2, 100),
 ])
-def test_decode_in_row_blocks(kv_len, num_q_tokens, causal, num_splits, tokens_per_program, dtype, device):
+def test_decode_in_row_blocks(kv_len, num_q_tokens, causal, num_splits, tokens_per_program, dtype, device,
+                              monkeypatch):
     """Tokens spread over programs (a counter and a merge per KV head and row block; causal blocks stop at
     their last token's keys) give the reference's output; the last row block may be short."""
+    monkeypatch.setattr(decode_attention_module, "_early_kv", True)
     q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, dtype, device)
     kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
     for tma in (False, True):
@@ -108,6 +112,49 @@ def test_decode_in_row_blocks(kv_len, num_q_tokens, causal, num_splits, tokens_p
                              tokens_per_program=tokens_per_program, early_kv=True)
     assert torch.equal(early, decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
                                                tokens_per_program=tokens_per_program))
+
+
+@pytest.mark.parametrize("num_q_tokens,num_splits,tokens_per_program,split_size", [
+    (1, 3, None, 0), (16, 2, None, 0), (16, 5, 4, 0), (16, 8, None, 64),  # exact mode: splits past the length
+])
+def test_decode_l2_ahead_has_the_same_bits(num_q_tokens, num_splits, tokens_per_program, split_size, device,
+                                           monkeypatch):
+    """Asking L2 for the next weight right after the wait, shared by the live programs (on an sm_90 GPU;
+    elsewhere nothing is asked), changes nothing in the output: a weight that starts off a 16-byte boundary
+    and ends inside one, and one larger than a bulk request."""
+    monkeypatch.setattr(decode_attention_module, "_l2_ahead", True)
+    q, k, v = make_inputs(300, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
+    kv_len_t = torch.tensor([300], dtype=torch.int32, device=device)
+    kw = dict(causal=True, num_splits=num_splits, tokens_per_program=tokens_per_program, split_size=split_size,
+              block_m=64 if split_size else None)
+    plain = decode_attention(q, k, v, kv_len_t, **kw)
+    odd = torch.randn(1009, device=device).to(torch.bfloat16)[7:]
+    large = torch.randn(3 * decode_attention_module.AHEAD_PIECE // 2 + 40, device=device).to(torch.bfloat16)
+    for weight in (odd, large):
+        assert torch.equal(decode_attention(q, k, v, kv_len_t, l2_ahead=weight, **kw), plain)
+    assert_close(plain, attention_ref(q, k, v, 300, True), *TOLERANCES[torch.bfloat16], "L2 ahead")
+
+
+def test_l2_ahead_asks_for_whole_granules_from_a_boundary(monkeypatch):
+    """What the kernel is given: the offset to the weight's first 16-byte boundary and the whole 16-byte
+    granules after it; nothing where the switch or the GPU says no."""
+    q = torch.zeros(1, 4, 16)
+    weight = torch.zeros(1000, dtype=torch.bfloat16)[3:]  # 1994 bytes, 6 past a boundary (allocations are aligned)
+    assert _ahead_bytes(weight, q)[1:] == (0, 0)  # off here: no GPU
+    monkeypatch.setattr(decode_attention_module, "l2_ahead_for", lambda device: True)
+    tensor, offset, nbytes = _ahead_bytes(weight, q)
+    assert tensor is weight and (weight.data_ptr() + offset) % 16 == 0 and nbytes % 16 == 0
+    assert offset == (-weight.data_ptr()) % 16 and offset + nbytes <= 1994 < offset + nbytes + 16
+    assert _ahead_bytes(None, q)[1:] == (0, 0)
+
+
+def test_bad_l2_ahead_is_named(device):
+    q, k, v = make_inputs(40, 1, 4, 1, 16, torch.float32, device)
+    kv_len = torch.tensor([40], dtype=torch.int32, device=device)
+    with pytest.raises(ConfigError, match="non-contiguous"):
+        decode_attention(q, k, v, kv_len, l2_ahead=torch.zeros(8, 8, device=device).T)
+    with pytest.raises(ConfigError, match="contiguous tensor on q's device"):
+        decode_attention(q, k, v, kv_len, l2_ahead=[1, 2])
 
 
 def test_decode_row_blocks_leave_exact_mode_alone(device):

@@ -7,6 +7,7 @@ import torch
 from tests.conftest import assert_close
 from tileinfer.errors import ConfigError
 from tileinfer.ops.attention import attention_ref, exact_block_m, exact_grid_splits, exact_split_size
+from tileinfer.ops import decode_attention as decode_attention_module
 from tileinfer.ops.decode_attention import StepKV, decode_attention
 from tileinfer.ops.rope import qk_norm_rope_ref, rope_cos_sin
 
@@ -67,9 +68,10 @@ CASES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kv_len,t,num_q_heads,num_kv_heads,head_dim,causal,num_splits", CASES)
 def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv_heads, head_dim, causal,
-                                                   num_splits, dtype, early_kv, device):
+                                                   num_splits, dtype, early_kv, device, monkeypatch):
     """With early_kv the step's rows, NaN in the cache until this launch writes them, are read again after
     the writes: a NaN in the output would show a row read before."""
+    monkeypatch.setattr(decode_attention_module, "_early_kv", True)  # calls' early_kv count only where it is on
     heads = (num_q_heads, num_kv_heads, head_dim)
     cache, qkv, weights, cos_sin = make_step(kv_len, t, *heads, dtype, device)
     positions = torch.arange(kv_len - t, kv_len, device=device)
@@ -85,9 +87,10 @@ def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv
 
 @pytest.mark.parametrize("early_kv", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_exact_rows_do_not_depend_on_the_step_size(dtype, early_kv, device):
+def test_exact_rows_do_not_depend_on_the_step_size(dtype, early_kv, device, monkeypatch):
     """In exact mode a token's K row, and its attention row, have the same bits whether the step holds it
     alone or in a block of 16: the cache it leaves and the output both."""
+    monkeypatch.setattr(decode_attention_module, "_early_kv", True)
     num_q_heads, num_kv_heads, head_dim, max_length = 4, 2, 32, 300
     heads = (num_q_heads, num_kv_heads, head_dim)
     num_splits = 2

@@ -11,7 +11,7 @@ from tileinfer.ops.tuning import section
 from tileinfer.random_weights import TINY
 
 REQUIRED = {"model", "weights", "mode", "point", "accept", "tok_s", "step_ms", "floor_ms", "fraction_of_floor",
-            "launches_per_layer", "us_per_layer_over_floor", "pdl", "kv_prefetch", "early_kv", "git_rev", "command",
+            "launches_per_layer", "us_per_layer_over_floor", "pdl", "kv_prefetch", "early_kv", "l2_ahead", "git_rev", "command",
             "gpu", "weights_kind"}
 
 
@@ -126,18 +126,19 @@ def test_early_kv_and_split_counts_measured_each(tmp_path):
     assert decode_attention.early_kv_label() == before  # as it was before the run
 
 
-def test_early_epilogue_measured_each(tmp_path, monkeypatch):
+def test_early_epilogue_and_l2_ahead_measured_each(tmp_path, monkeypatch):
     """`--early-epilogue off,on`: the fused one-token layers with the GEMMs' row sums and residual rows read
-    after the K loop, then right after the wait, each row labelled; the switch as it was after the run."""
+    after the K loop, then right after the wait; `--l2-ahead off,on`: the attention without and with asking
+    L2 for o_proj's weight; each row labelled, both switches as they were after the run."""
     from tileinfer.ops import skinny_gemm
 
     monkeypatch.setenv("TILEINFER_EXACT", "0")  # fused layers are for one-token steps outside exact mode
-    before = skinny_gemm.early_epilogue_label()
+    before = skinny_gemm.early_epilogue_label(), decode_attention.l2_ahead_label()
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--early-epilogue", "off,on", "--no-cublas", "--bandwidth-gbs", "50",
-                      "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+                      "1", "--pdl", "off", "--early-epilogue", "off,on", "--l2-ahead", "on,off", "--no-cublas",
+                      "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
     (path,) = tmp_path.glob("floor_*.csv")
     table = pd.read_csv(path)
-    assert list(zip(table["mode"], table["early_epilogue"])) == [
-        ("plain", "off"), ("dflash", "off"), ("plain", "on"), ("dflash", "on")]
-    assert skinny_gemm.early_epilogue_label() == before
+    assert list(zip(table["mode"], table["early_epilogue"], table["l2_ahead"])) == [
+        (mode, sums, ahead) for sums in ("off", "on") for ahead in ("on", "off") for mode in ("plain", "dflash")]
+    assert (skinny_gemm.early_epilogue_label(), decode_attention.l2_ahead_label()) == before

@@ -11,6 +11,7 @@ from tests.conftest import assert_close
 from tests.helpers import tiny_pair
 from tests.test_exact import assert_dflash_equals_greedy, assert_rows_equal, fuzz_cases, rows_alone
 from tileinfer.errors import ConfigError
+from tileinfer.ops import decode_attention as decode_attention_module
 from tileinfer.ops.backend import AttentionContext, Ops
 from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import Linear, fold_norm_weight, linear, linear_add, norm_linear, quantize_linear
@@ -143,14 +144,19 @@ def test_step_kv_mode_picks_the_launch(monkeypatch, mode, t, exact, fused):
     exact mode only; `on` for every step, `off` for none."""
     monkeypatch.setenv("TILEINFER_STEP_KV", {"on": "1", "off": "0"}.get(mode, mode))
     ops = Ops("triton", fuse_norms=True, exact=exact)
-    calls = []
-    ops._decode = lambda *a, step_kv=None, **kw: calls.append("fused" if step_kv is not None else "attention")
+    calls, ahead = [], torch.zeros(8, 16)
+
+    def decode(*a, step_kv=None, l2_ahead=None, **kw):
+        assert l2_ahead is ahead, "the next projection's weight reaches the attention's launch"
+        calls.append("fused" if step_kv is not None else "attention")
+
+    ops._decode = decode
     ops.qk_norm_rope = lambda q, *a, **kw: (calls.append("norm_rope"), (q, None))[1]
     q = torch.zeros(t, 4, 16)
     k = torch.zeros(t, 2, 16)
     ctx = AttentionContext(40, torch.tensor([40]), causal=True)
     ops.step_attention(q, k, k, torch.ones(16), torch.ones(16), torch.zeros(64, 16), torch.arange(t), 1e-6,
-                       torch.zeros(64, 2, 16), torch.zeros(64, 2, 16), ctx)
+                       torch.zeros(64, 2, 16), torch.zeros(64, 2, 16), ctx, ahead=ahead)
     assert calls == (["fused"] if fused else ["norm_rope", "attention"])
 
 
@@ -210,6 +216,21 @@ def test_fused_layers_match_unfused_logits(tmp_path, monkeypatch, backend):
         scale = logits["0"][i].abs().max().item()
         assert_close(logits["1"][i], logits["0"][i], atol=5e-2 * scale, rtol=0,
                      what=f"{backend} {what}: fused vs unfused logits")
+
+
+def test_l2_ahead_decodes_the_same_tokens(tmp_path, monkeypatch):
+    """Greedy DFlash (exact mode) and plain greedy decoding with each decode attention asking L2 for its
+    layer's o_proj weight (`set_l2_ahead`; bulk requests on an sm_90 GPU, none elsewhere): the same tokens
+    as without, and DFlash the same as plain."""
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    ids = torch.randint(0, 150, (21,), generator=torch.Generator().manual_seed(5)).tolist()
+    runs = {}
+    for on in (False, True):
+        monkeypatch.setattr(decode_attention_module, "_l2_ahead", on)
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
+        runs[on] = [engine.generate(ids, 12, stop_ids=[], block_size=block).tokens for block in (16, 1)]
+    assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
 
 
 @pytest.mark.parametrize("weights", ["bf16", "int8"])

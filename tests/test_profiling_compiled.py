@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tileinfer_profiling.cli import main
-from tileinfer_profiling.compiled import (AT_1K, STEP_KV, _SASS, cases, compile_cases, gemm_variants, main_loop, occupancy,
-                                          wgmma_ring_depths)
+from tileinfer_profiling.compiled import (AT_1K, L2_AHEAD, STEP_KV, _SASS, cases, compile_cases, gemm_variants,
+                                          main_loop, occupancy, wgmma_ring_depths)
 from tileinfer.ops.gemm_configs import GemmConfig
 
 
@@ -82,9 +82,14 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     assert (mains["instruction_floor_us"] >= mains["issue_floor_us"]).all()
     attention = table[table["kernel"] == "_split_kv_attention_kernel"]
     # decode, verify and drafter blocks, each also with the step's Q/K norms, RoPE and KV write inside; the
-    # verify and drafter blocks again at 1k, where the H200 splits a block's tokens over programs
-    assert len(attention) == 8 and (attention["instruction_floor_us"] > 0).all()
-    assert attention["op"].str.endswith(STEP_KV).sum() == 3
+    # verify and drafter blocks again at 1k, where the H200 splits a block's tokens over programs; a decode
+    # and a verify asking L2 for o_proj's weight, in bulk requests (UBLKPF) that no other attention makes
+    assert len(attention) == 10 and (attention["instruction_floor_us"] > 0).all()
+    assert attention["op"].str.contains(STEP_KV, regex=False).sum() == 4
+    ahead = attention["op"].str.endswith(L2_AHEAD)
+    bulk = opcodes[(opcodes["kernel"] == "_split_kv_attention_kernel") & (opcodes["opcode"] == "UBLKPF")
+                   & (opcodes["where"] == "kernel")].groupby("op")["count"].sum()
+    assert ahead.sum() == 2 and set(bulk.index) == set(attention[ahead]["op"]) and (bulk > 0).all()
     short = attention["op"].str.endswith(AT_1K)
     assert short.sum() == 2 and set(attention[short]["config"]) == {json.dumps({"tokens_per_program": 4})}
     assert set(attention[~short]["config"]) == {""}

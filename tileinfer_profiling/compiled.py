@@ -51,6 +51,7 @@ PIPES = {
 CONTEXT = POINTS["8k"].prompt_tokens  # cached positions the attention sites read: the comparison's 8k point
 AT_1K = ", 1k"  # ... and sites at the 1k point, where a block's rows split over programs (row blocks)
 STEP_KV = " + q/k norm, RoPE, KV write"  # decode steps with TILEINFER_STEP_KV=1
+L2_AHEAD = ", o_proj asked of L2"  # ... with TILEINFER_L2_AHEAD=1 (decode_attention.set_l2_ahead)
 SAMPLING = ("", " top-k/p")  # a sampling step: T > 0 alone, and with top-k / top-p
 # SASS opcodes worth a column of their own (static counts in the kernel's code, not executed counts)
 OPCODE_COLUMNS = ("HGMMA", "HMMA", "LDG", "LDGSTS", "STG", "I2F", "F2F", "I2FP", "PRMT", "LOP3", "FFMA",
@@ -106,6 +107,7 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case(f"{who} attention{AT_1K}", f"q16 {heads}/{kv}x{hd}", 16) for who in ("decode", "drafter")]
     out += [Case(f"decode attention{STEP_KV}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case(f"drafter attention{STEP_KV}", f"q16 {heads}/{kv}x{hd}", 16)]
+    out += [Case(f"decode attention{STEP_KV if t == 1 else ''}{L2_AHEAD}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
     out += [Case(f"sample_block{how}", f"{t}x{s.vocab}", t) for how in SAMPLING for t in (1, 16)]
     out += [Case("embedding", f"{t}x{h}", t, kind) for t in (1, 16) for kind in ("bf16", "int8")]
@@ -450,7 +452,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         return json.dumps(tiles, sort_keys=True)
     kv_len = torch.tensor([context + t], dtype=torch.int32)
     step_kv = None
-    if case.op.endswith(STEP_KV):  # the step's raw q/k/v, views of one qkv projection output
+    if STEP_KV in case.op:  # the step's raw q/k/v, views of one qkv projection output
         qkv = torch.empty(t, (heads + 2 * kv) * hd, dtype=bf16)
         q = qkv[:, : heads * hd].view(t, heads, hd)
         step_kv = decode_attention.StepKV(
@@ -459,10 +461,15 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
             torch.empty(context + t, hd, dtype=torch.float32), torch.zeros(t, dtype=torch.int64), 1e-6)
     policy = SplitPolicy.from_section(gpu_configs(gpu).get("decode_attention", {}))  # the target GPU's
     per_program = policy.per_program(context + t, t)
-    decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
-                                      causal=case.op.startswith("decode attention"),
-                                      num_splits=policy.num_splits(context + t, t), step_kv=step_kv,
-                                      tokens_per_program=per_program)
+    ahead = torch.empty(shape.hidden, heads * hd, dtype=bf16) if case.op.endswith(L2_AHEAD) else None
+    on_the_target, decode_attention.l2_ahead_for = decode_attention.l2_ahead_for, lambda device: True
+    try:  # the switch and the device check as on the target: an sm_90 GPU with the switch on
+        decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
+                                          causal=case.op.startswith("decode attention"),
+                                          num_splits=policy.num_splits(context + t, t), step_kv=step_kv,
+                                          tokens_per_program=per_program, l2_ahead=ahead)
+    finally:
+        decode_attention.l2_ahead_for = on_the_target
     return json.dumps({"tokens_per_program": per_program}) if per_program < t and step_kv is None else ""
 
 

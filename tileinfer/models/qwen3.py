@@ -34,13 +34,14 @@ class Qwen3Layer:
 
 def self_attention(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, qkv, positions, cos_sin,
                    k_cache, v_cache, ctx: AttentionContext):
-    """Attention output [T, heads × head_dim] of the projected qkv; writes this call's K/V into the cache first."""
+    """Attention output [T, heads × head_dim] of the projected qkv; writes this call's K/V into the cache first.
+    A decode step's attention may ask L2 for o_proj's weight, which the next launch reads (`set_l2_ahead`)."""
     t, hq, hk, d = qkv.shape[0], config.num_attention_heads, config.num_key_value_heads, config.head_dim
     q = qkv[:, : hq * d].view(t, hq, d)
     k = qkv[:, hq * d: (hq + hk) * d].view(t, hk, d)
     v = qkv[:, (hq + hk) * d:].view(t, hk, d)
     return ops.step_attention(q, k, v, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
-                              k_cache, v_cache, ctx).view(t, hq * d)
+                              k_cache, v_cache, ctx, ahead=layer.o_proj.stored).view(t, hq * d)
 
 
 def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positions, cos_sin,

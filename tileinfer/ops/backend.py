@@ -178,20 +178,21 @@ class Ops:
         return residual.add_(self.linear(x, lin)), None
 
     def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
-                       ctx: AttentionContext):
+                       ctx: AttentionContext, ahead=None):
         """Attention of the projected q, k, v [T, heads, D]: Qwen3's Q/K RMSNorm and RoPE, this call's K/V
         into the caches, then attention over them; with `step_kv`, a decode step does it all in the
         attention's launch (`decode_attention`'s step_kv); with `step_kv_decode`, a one-token step outside
-        exact mode does."""
+        exact mode does. `ahead`: the weight the next kernel reads, which a decode step's attention asks
+        L2 for after its wait where `decode_attention.set_l2_ahead` is on."""
         fused = self.step_kv or (self.step_kv_decode and q.shape[0] == 1 and not self.exact)
         if fused and ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
                                 split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
-                                step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps))
+                                step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps), l2_ahead=ahead)
         q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache)
-        return self.attention(q, k_cache, v_cache, ctx)
+        return self.attention(q, k_cache, v_cache, ctx, ahead)
 
-    def attention(self, q, k_cache, v_cache, ctx: AttentionContext):
+    def attention(self, q, k_cache, v_cache, ctx: AttentionContext, ahead=None):
         if self.backend == "torch":
             t = q.shape[0]
             if self.exact and ctx.causal and ctx.kv_len_t is not None and t > 1:
@@ -203,5 +204,5 @@ class Ops:
         if ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
                                 split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
-                                tokens_per_program=ctx.tokens_per_program)
+                                tokens_per_program=ctx.tokens_per_program, l2_ahead=ahead)
         return self._prefill(q, k_cache, v_cache, ctx.kv_len, ctx.causal)

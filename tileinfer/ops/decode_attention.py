@@ -45,7 +45,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.pdl import launch_options, prefetch_l2
+from tileinfer.ops.pdl import bulk_prefetch_l2, launch_options, prefetch_l2
 from tileinfer.ops.rope import norm_rope_tile, rope_factors
 from tileinfer.ops.tuning import section
 
@@ -55,6 +55,26 @@ _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 
 _kv_prefetch_rows = None
 _early_kv = os.environ.get("TILEINFER_EARLY_KV", "0") != "0"
+_l2_ahead = os.environ.get("TILEINFER_L2_AHEAD", "0") != "0"
+AHEAD_PIECE = 64 * 1024  # bytes a bulk prefetch request asks for
+
+
+def set_l2_ahead(on: bool) -> None:
+    """Let calls that pass `l2_ahead` ask L2 for those bytes right after PDL's wait, for kernels launched
+    from now on (off unless TILEINFER_L2_AHEAD=1)."""
+    global _l2_ahead
+    _l2_ahead = bool(on)
+
+
+def l2_ahead_label() -> str:
+    return "on" if _l2_ahead else "off"
+
+
+def l2_ahead_for(device: torch.device) -> bool:
+    """Whether kernels on `device` prefetch `l2_ahead`: asked for, compiled, on a GPU with bulk copies (sm_90+)."""
+    device = torch.device(device)
+    return (_l2_ahead and not INTERPRET and device.type == "cuda"
+            and torch.cuda.get_device_capability(device) >= (9, 0))
 
 
 def set_early_kv(on: bool) -> None:
@@ -186,8 +206,8 @@ def _merge_head(
 @triton.jit
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE, OUT, COUNTERS,
-    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS,
-    num_splits, split_size, qk_scale, eps,
+    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS, AHEAD,
+    num_splits, split_size, qk_scale, eps, ahead_offset, ahead_bytes,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
     stride_vn, stride_vh,
@@ -199,7 +219,7 @@ def _split_kv_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MERGE_M: tl.constexpr, MERGE_UNROLL: tl.constexpr,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
-    TMA: tl.constexpr, EARLY: tl.constexpr,
+    TMA: tl.constexpr, EARLY: tl.constexpr, AHEAD_ON: tl.constexpr, AHEAD_PIECE: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -216,7 +236,11 @@ def _split_kv_attention_kernel(
 
     EARLY: the rows before the step's T tokens were cached by an earlier step, so each program loads the
     first block of its share before the grid-dependency wait (its HBM read overlaps the kernel before);
-    the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes)."""
+    the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes).
+
+    AHEAD_ON: right after the wait the live programs ask L2 for the ahead_bytes at AHEAD + ahead_offset
+    (the weight of the projection after this attention), a share each: while the attention's dependent
+    loads and merge leave HBM mostly idle, the next kernel's weights stream in."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     token0 = tl.program_id(2) * TOKENS
@@ -268,6 +292,10 @@ def _split_kv_attention_kernel(
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
+    if AHEAD_ON:
+        rank = (kv_head * live_splits + split) * tl.num_programs(2) + tl.program_id(2)
+        bulk_prefetch_l2(AHEAD.to(tl.pointer_type(tl.int8)) + ahead_offset, ahead_bytes, rank,
+                         tl.num_programs(0) * live_splits * tl.num_programs(2), AHEAD_PIECE)
 
     if NORM_ROPE:
         # The step's keys of this share, in a tile of NEW_ROWS rows whatever T is (the same bits for a row
@@ -404,6 +432,22 @@ def _descriptor_scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _ahead_bytes(l2_ahead: torch.Tensor | None, q: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """(tensor, byte offset to its first 16-byte boundary, whole 16-byte granules from there in bytes) of
+    what the kernel asks L2 for; (q, 0, 0) where there is nothing to ask or `l2_ahead_for` says no."""
+    if l2_ahead is None:
+        return q, 0, 0
+    if not isinstance(l2_ahead, torch.Tensor) or l2_ahead.device != q.device or not l2_ahead.is_contiguous():
+        what = type(l2_ahead).__name__ if not isinstance(l2_ahead, torch.Tensor) else (
+            f"a tensor on {l2_ahead.device}" if l2_ahead.device != q.device else "a non-contiguous tensor")
+        raise ConfigError(f"l2_ahead takes a contiguous tensor on q's device ({q.device}), got {what}")
+    if not l2_ahead_for(q.device):
+        return q, 0, 0
+    offset = -l2_ahead.data_ptr() % 16
+    nbytes = (l2_ahead.numel() * l2_ahead.element_size() - offset) // 16 * 16
+    return l2_ahead, offset, max(nbytes, 0)
+
+
 def merge_rows(num_q_tokens: int, group: int) -> int:
     """The merge's row tile: the query rows of a head and row block (tokens × group) padded to a power of two."""
     return triton.next_power_of_2(num_q_tokens * group)
@@ -428,6 +472,7 @@ def decode_attention(
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
     num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
     tma: bool | None = None, early_kv: bool = False, tokens_per_program: int | None = None,
+    l2_ahead: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -449,6 +494,8 @@ def decode_attention(
     ``tokens_per_program``: query tokens a program takes (row blocks of the grid; default all T, the
     engine's choice is ``attention.SplitPolicy``); all T where ``block_m`` or ``step_kv`` is
     given: exact mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
+    ``l2_ahead``: a contiguous tensor on q's device (the weight the next kernel reads) whose bytes the
+    programs ask L2 for right after PDL's wait, where `l2_ahead_for` the device; the output is the same.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -464,6 +511,7 @@ def decode_attention(
     if not kv_prefetch():
         prefetch_rows = 0
     tma = bool(tuned.get("tma", False) if tma is None else tma) and step_kv is None
+    ahead, ahead_offset, ahead_bytes = _ahead_bytes(l2_ahead, q)
     early_kv = bool(early_kv) and _early_kv and not tma
     if tma:
         triton.set_allocator(_descriptor_scratch)
@@ -512,8 +560,8 @@ def decode_attention(
     def launch(c: DecodeAttentionConfig):
         _split_kv_attention_kernel[(num_kv_heads, num_splits, row_blocks)](
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
-            new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions,
-            num_splits, split_size, scale * LOG2E, new.eps,
+            new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions, ahead,
+            num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1),
@@ -527,11 +575,12 @@ def decode_attention(
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
             NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early_kv,
+            AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
-           cfg, q.device, prefetch_rows, step_kv is not None, tma, early_kv)
+           cfg, q.device, prefetch_rows, step_kv is not None, tma, early_kv, ahead_bytes > 0)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out

@@ -89,11 +89,11 @@ class Linear:
 
     @property
     def out_features(self) -> int:
-        return self._w.shape[0]
+        return self.stored.shape[0]
 
     @property
     def in_features(self) -> int:
-        return self._w.shape[1]
+        return self.stored.shape[1]
 
     @property
     def is_quantized(self) -> bool:
@@ -108,10 +108,11 @@ class Linear:
 
     @property
     def device(self) -> torch.device:
-        return self._w.device
+        return self.stored.device
 
     @property
-    def _w(self) -> torch.Tensor:
+    def stored(self) -> torch.Tensor:
+        """The matrix as a call reads it: qweight when quantized, else weight."""
         return self.qweight if self.weight is None else self.weight
 
     def dequantized(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:

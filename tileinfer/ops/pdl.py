@@ -51,3 +51,21 @@ def prefetch_l2(ptrs):
     `gdc_wait`, since L2 is where the kernel before writes."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
                               dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def bulk_prefetch_l2(base, nbytes, rank, ranks, PIECE: tl.constexpr):
+    """Ask L2 for this program's share (`rank` of `ranks`) of the `nbytes` bytes at `base` (an int8 pointer,
+    16-byte aligned; nbytes a multiple of 16), in copy-engine requests of up to PIECE bytes issued by the
+    program's first thread (`cp.async.bulk.prefetch`, sm_90): a few instructions for what a prefetch per
+    128-byte line would take thousands. No register result; the thread goes on at once."""
+    granules = nbytes // 16
+    share = tl.cdiv(granules, ranks) * 16
+    start = rank * share
+    end = tl.minimum(start + share, nbytes)
+    for off in tl.range(start, end, PIECE, loop_unroll_factor=1):
+        size = tl.minimum(end - off, PIECE)
+        tl.inline_asm_elementwise(
+            "{\n\t.reg .pred first;\n\t.reg .b32 tid;\n\tmov.u32 tid, %tid.x;\n\tsetp.eq.u32 first, tid, 0;\n\t"
+            "@first cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;\n\t}",
+            "=r,l,r", [base + off, size], dtype=tl.int32, is_pure=False, pack=1)
