@@ -121,7 +121,7 @@ def test_decode_l2_ahead_has_the_same_bits(num_q_tokens, num_splits, tokens_per_
                                            monkeypatch):
     """Asking L2 for the next weight right after the wait, shared by the live programs (on an sm_90 GPU;
     elsewhere nothing is asked), changes nothing in the output: a weight that starts off a 16-byte boundary
-    and ends inside one, and one larger than a bulk request."""
+    and ends inside one, and one larger than a bulk request, with the KV length under a bound and past it."""
     monkeypatch.setattr(decode_attention_module, "_l2_ahead", True)
     q, k, v = make_inputs(300, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
     kv_len_t = torch.tensor([300], dtype=torch.int32, device=device)
@@ -130,8 +130,8 @@ def test_decode_l2_ahead_has_the_same_bits(num_q_tokens, num_splits, tokens_per_
     plain = decode_attention(q, k, v, kv_len_t, **kw)
     odd = torch.randn(1009, device=device).to(torch.bfloat16)[7:]
     large = torch.randn(3 * decode_attention_module.AHEAD_PIECE // 2 + 40, device=device).to(torch.bfloat16)
-    for weight in (odd, large):
-        assert torch.equal(decode_attention(q, k, v, kv_len_t, l2_ahead=weight, **kw), plain)
+    for weight, bound in ((odd, 0), (large, 0), (large, 300), (large, 299)):  # 299: below the length, none asked
+        assert torch.equal(decode_attention(q, k, v, kv_len_t, l2_ahead=weight, l2_ahead_max_kv=bound, **kw), plain)
     assert_close(plain, attention_ref(q, k, v, 300, True), *TOLERANCES[torch.bfloat16], "L2 ahead")
 
 

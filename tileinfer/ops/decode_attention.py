@@ -207,7 +207,7 @@ def _merge_head(
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE, OUT, COUNTERS,
     K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS, AHEAD,
-    num_splits, split_size, qk_scale, eps, ahead_offset, ahead_bytes,
+    num_splits, split_size, qk_scale, eps, ahead_offset, ahead_bytes, ahead_max_kv,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
     stride_vn, stride_vh,
@@ -240,7 +240,8 @@ def _split_kv_attention_kernel(
 
     AHEAD_ON: right after the wait the live programs ask L2 for the ahead_bytes at AHEAD + ahead_offset
     (the weight of the projection after this attention), a share each: while the attention's dependent
-    loads and merge leave HBM mostly idle, the next kernel's weights stream in."""
+    loads and merge leave HBM mostly idle, the next kernel's weights stream in. Not past ahead_max_kv
+    positions, where the K/V streaming through L2 would evict those lines before they are read."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     token0 = tl.program_id(2) * TOKENS
@@ -292,7 +293,7 @@ def _split_kv_attention_kernel(
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
-    if AHEAD_ON:
+    if AHEAD_ON and kv_len <= ahead_max_kv:
         rank = (kv_head * live_splits + split) * tl.num_programs(2) + tl.program_id(2)
         bulk_prefetch_l2(AHEAD.to(tl.pointer_type(tl.int8)) + ahead_offset, ahead_bytes, rank,
                          tl.num_programs(0) * live_splits * tl.num_programs(2), AHEAD_PIECE)
@@ -472,7 +473,7 @@ def decode_attention(
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
     num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
     tma: bool | None = None, early_kv: bool = False, tokens_per_program: int | None = None,
-    l2_ahead: torch.Tensor | None = None,
+    l2_ahead: torch.Tensor | None = None, l2_ahead_max_kv: int | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -495,7 +496,8 @@ def decode_attention(
     engine's choice is ``attention.SplitPolicy``); all T where ``block_m`` or ``step_kv`` is
     given: exact mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
     ``l2_ahead``: a contiguous tensor on q's device (the weight the next kernel reads) whose bytes the
-    programs ask L2 for right after PDL's wait, where `l2_ahead_for` the device; the output is the same.
+    programs ask L2 for right after PDL's wait, where `l2_ahead_for` the device and the KV length is at
+    most ``l2_ahead_max_kv`` (default the GPU section's; 0 or none: any); the output is the same.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -512,6 +514,9 @@ def decode_attention(
         prefetch_rows = 0
     tma = bool(tuned.get("tma", False) if tma is None else tma) and step_kv is None
     ahead, ahead_offset, ahead_bytes = _ahead_bytes(l2_ahead, q)
+    if l2_ahead_max_kv is None:
+        l2_ahead_max_kv = tuned.get("l2_ahead_max_kv", 0)
+    ahead_max_kv = int(l2_ahead_max_kv) or 2**31 - 1
     early_kv = bool(early_kv) and _early_kv and not tma
     if tma:
         triton.set_allocator(_descriptor_scratch)
@@ -561,7 +566,7 @@ def decode_attention(
         _split_kv_attention_kernel[(num_kv_heads, num_splits, row_blocks)](
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions, ahead,
-            num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes,
+            num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes, ahead_max_kv,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
             v_cache.stride(0), v_cache.stride(1),
