@@ -119,7 +119,8 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
     for weights in args.weights:
         engine = tileinfer.load(target, draft=drafter, weights=weights)
         fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": engine.ops.step_kv_label,
-                 "early_kv": decode_attention.early_kv_label(), "num_splits": num_splits}
+                 "early_kv": decode_attention.early_kv_label(), "early_epilogue": skinny_gemm.early_epilogue_label(),
+                 "l2_ahead": decode_attention.l2_ahead_label(), "num_splits": num_splits}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
@@ -303,15 +304,21 @@ def main(argv=None):
     return rows
 
 
+SWITCHES = ("point", "pdl", "fuse_norms", "step_kv", "early_kv", "early_epilogue", "l2_ahead", "num_splits")
+
+
 def print_over_floor(site_table):
-    """Per model, weights and mode: what each role of the target spends beyond its bytes' floor, µs per
-    step (own times inside the step's graph), most first."""
+    """Per model, weights and mode (and each setting the run varied): what each role of the target spends
+    beyond its bytes' floor, µs per step (own times inside the step's graph), most first."""
     sites = pd.DataFrame(site_table)
     sites = sites[(sites["network"] == "target") & sites["floor_us"].notna()]
+    varied = [c for c in SWITCHES if c in sites and sites[c].nunique() > 1]
     print("\nµs per step beyond the floor, by role of the target (own time - floor)")
-    for (model, weights, mode), g in sites.groupby(["model", "weights", "mode"], sort=False):
+    for key, g in sites.groupby(["model", "weights", "mode", *varied], sort=False):
+        model, weights, mode, *settings = key
         over = (g["own_us"] - g["floor_us"]).groupby(g["role"]).sum().sort_values(ascending=False)
-        print(f"{model:11} {weights:5} {mode:6} " + ", ".join(f"{role} {us:.0f}" for role, us in over.items()))
+        where = "".join(f"{c} {v}, " for c, v in zip(varied, settings))
+        print(f"{model:11} {weights:5} {mode:6} {where}" + ", ".join(f"{role} {us:.0f}" for role, us in over.items()))
 
 
 if __name__ == "__main__":

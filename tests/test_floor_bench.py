@@ -111,6 +111,13 @@ def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
         {**site, "network": "drafter", "role": "gemm", "own_us": 99.0, "floor_us": 1.0}])
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.split() == ["qwen3-4b", "bf16", "plain", "attention", "8,", "qkv", "4"]
+    # a setting the run varied gets a line of each value
+    floor_bench.print_over_floor([
+        {**site, "l2_ahead": "off", "pdl": "on", "role": "o", "own_us": 9.0, "floor_us": 5.0},
+        {**site, "l2_ahead": "on", "pdl": "on", "role": "o", "own_us": 6.0, "floor_us": 5.0}])
+    lines = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert [line.split() for line in lines] == [["qwen3-4b", "bf16", "plain", "l2_ahead", "off,", "o", "4"],
+                                                ["qwen3-4b", "bf16", "plain", "l2_ahead", "on,", "o", "1"]]
 
 
 def test_early_kv_and_split_counts_measured_each(tmp_path):
