@@ -32,7 +32,8 @@ Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept 
 waiting on the host between steps. `--launches` also writes floor_launches_<gpu>.csv: every launch of a
 plain and a DFlash step (tileinfer_profiling.launches), its own and whole time inside the step's graph (on
 a GPU; the eager run's elsewhere) beside the bytes its role must read (a target layer's four GEMMs and
-attention, the LM head) over the same bandwidth.
+attention, the LM head) over the same bandwidth, and floor_gaps_<gpu>.csv: where the GPU idled between a
+step's kernels in its CUDA graphs, per pair of kernels around the gaps, µs per step (`StepProfile.idle_gaps`).
 """
 
 import argparse
@@ -128,7 +129,7 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
             plain_floor = step_bytes(cfg, kv, 1, weights) / bandwidth * 1e3
             counts, prof = launches(engine, ids, 1, None, graphs=record_sites is not None)
             if record_sites:
-                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), model=model, weights=weights, mode="plain",
+                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), prof.idle_gaps(), model=model, weights=weights, mode="plain",
                              point=point, accept="-", pdl=pdl_label(engine.device), **fused)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **splits)
             record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts,
@@ -136,7 +137,7 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
             dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
             counts, prof = launches(engine, ids, engine.block_max, replayed(point)[0], graphs=record_sites is not None)
             if record_sites:
-                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), model=model, weights=weights, mode="dflash",
+                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), prof.idle_gaps(), model=model, weights=weights, mode="dflash",
                              point=point, accept=f"replay:{replayed(point)[0]}", pdl=pdl_label(engine.device), **fused)
             for tps in replayed(point):
                 r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps, **splits)
@@ -243,15 +244,16 @@ def main(argv=None):
     if math.isnan(bandwidth):
         parser.error("no read bandwidth: measure it on a GPU or give --bandwidth-gbs")
     base = {**env, "command": command_line(), "weights_kind": "random", "override": tuned_override.label(patch)}
-    rows, site_table = [], []
+    rows, site_table, gap_table = [], [], []
 
     def record(row):
         rows.append({**row, **base})
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
-    def record_sites(sites, **key):  # a launch's own "model" (target or drafter) is its network here
+    def record_sites(sites, gaps, **key):  # a launch's own "model" (target or drafter) is its network here
         site_table.extend({**key, **{"network" if k == "model" else k: v for k, v in site.items()}, **base}
                           for site in sites)
+        gap_table.extend({**key, **gap, **base} for gap in gaps.to_dict("records"))
 
     tic = time.perf_counter()
     early_before = decode_attention.early_kv_label() == "on"
@@ -281,6 +283,8 @@ def main(argv=None):
                     path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                     if site_table:
                         write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                    if gap_table:
+                        write_rows(gap_table, out / f"floor_gaps_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                     print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, K/V prefetch {kv}, "
                           f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, splits {splits}: done at "
                           f"{time.perf_counter() - tic:.0f} s", flush=True)
@@ -301,6 +305,8 @@ def main(argv=None):
               f"{r['step_kv']:>3} {r['early_kv']:>3} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
+    if gap_table:
+        print_gaps(gap_table)
     return rows
 
 
@@ -319,6 +325,19 @@ def print_over_floor(site_table):
         over = (g["own_us"] - g["floor_us"]).groupby(g["role"]).sum().sort_values(ascending=False)
         where = "".join(f"{c} {v}, " for c, v in zip(varied, settings))
         print(f"{model:11} {weights:5} {mode:6} {where}" + ", ".join(f"{role} {us:.0f}" for role, us in over.items()))
+
+
+def print_gaps(gap_table, top=3):
+    """Per model, weights, mode and point (and each setting the run varied): the GPU's idle µs per step
+    between the step's kernels and the `top` pairs of kernels around it."""
+    gaps = pd.DataFrame(gap_table)
+    varied = [c for c in SWITCHES[1:] if c in gaps and gaps[c].nunique() > 1]
+    print("\nidle µs per step between kernels (CUDA graphs), most first: before → after")
+    for key, g in gaps.groupby(["model", "weights", "mode", "point", *varied], sort=False):
+        model, weights, mode, point, *settings = key
+        where = "".join(f"{c} {v}, " for c, v in zip(varied, settings))
+        pairs = "; ".join(f"{r.before[:28]} → {r.after[:28]} {r.us_per_step:.1f}" for r in g.head(top).itertuples())
+        print(f"{model:11} {weights:5} {mode:6} {point:4} {where}{g['us_per_step'].sum():.1f}: {pairs}")
 
 
 if __name__ == "__main__":

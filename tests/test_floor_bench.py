@@ -33,7 +33,7 @@ def run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def table(run):
-    (path,) = run.glob("floor_[!l]*.csv")
+    (path,) = [p for p in run.glob("floor_*.csv") if not p.name.startswith(("floor_launches_", "floor_gaps_"))]
     return pd.read_csv(path)
 
 
@@ -51,6 +51,18 @@ def test_each_launch_of_a_step_beside_the_bytes_its_role_reads(run):
     assert timed["floor_us"].tolist() == pytest.approx((timed["floor_bytes"] / 50e9 * 1e6).tolist())
     assert (sites["timed_in"] == ("graphs" if torch.cuda.is_available() else "eager")).all()
     assert (sites["own_us"] >= 0).all() and sites["git_rev"].notna().all()
+
+
+def test_where_the_gpu_idled_between_a_steps_kernels(run, capsys):
+    (path,) = run.glob("floor_gaps_*.csv")
+    gaps = pd.read_csv(path)
+    assert {"before", "after", "us_per_step", "per_step", "mean_us", "git_rev", "l2_ahead"} <= set(gaps.columns)
+    assert set(zip(gaps["weights"], gaps["mode"])) <= {("bf16", "plain"), ("bf16", "dflash"), ("int8", "plain"),
+                                                       ("int8", "dflash")}
+    assert (gaps["us_per_step"] > 0).all() and (gaps["mean_us"] > 0).all()
+    floor_bench.print_gaps(gaps.to_dict("records"))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("idle µs per step") and lines[1].split()[:4] == ["tiny", *gaps.iloc[0][["weights", "mode", "point"]]]
 
 
 def test_a_row_per_configuration_beside_its_floor(table):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tileinfer_profiling.aggregate import gemm_vs_attention_ms, per_class, per_layer
-from tileinfer_profiling.busy import busy_by_phase, busy_fraction, busy_time
+from tileinfer_profiling.busy import busy_by_phase, busy_fraction, busy_time, idle_gaps
 from tileinfer_profiling.trace import kernel_class, kernels_from_events, load_trace, trace_kernels
 from tileinfer import tracing
 
@@ -135,6 +135,19 @@ def test_busy_fraction_on_overlapping_intervals():
     assert busy_fraction(intervals, window=(60, 70)) == 0
     assert busy_fraction([(0, 5), (5, 10)]) == 1
     assert math.isnan(busy_fraction([]))
+
+
+def test_idle_gaps_name_the_kernels_around_them():
+    """A gap is charged to the kernel that ended last before it (not the last to start: PDL overlaps them)
+    and the one that ended it; per step, most idle first; overlaps and back-to-back kernels are no gap."""
+    df = pd.DataFrame({"name": ["a", "b", "c", "d", "a", "b", "c", "d"],
+                       "start_us": [0, 5, 6, 20, 100, 105, 106, 130],
+                       "end_us": [10, 8, 14, 30, 110, 108, 114, 140]})  # b and c start inside a; c ends last
+    gaps = idle_gaps(df, steps=2)
+    assert gaps.to_dict("records") == [
+        {"before": "d", "after": "a", "us_per_step": 35.0, "per_step": 0.5, "mean_us": 70.0},
+        {"before": "c", "after": "d", "us_per_step": 11.0, "per_step": 1.0, "mean_us": 11.0}]
+    assert idle_gaps(df.iloc[:1]).empty and list(idle_gaps(df.iloc[:3])["before"]) == []
 
 
 def test_aggregations_on_gpu_fixture():

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from tileinfer_profiling.aggregate import gemm_vs_attention_ms, kernel_table, per_layer
-from tileinfer_profiling.busy import busy_fraction
+from tileinfer_profiling.busy import busy_fraction, idle_gaps
 from tileinfer_profiling.launches import launch_sites, target_roles
 from tileinfer_profiling.trace import KERNEL_CLASSES, _trace
 from tileinfer import tracing
@@ -44,6 +44,15 @@ class StepProfile:
     def kernel_table(self, top=15):
         """The `top` kernels of a decoding step (all of them for None), `aggregate.kernel_table`."""
         return kernel_table(self.kernels, max(1, self.stats.get("steps") or 1), top)
+
+    def idle_gaps(self):
+        """Where the GPU idled between the decoding steps' kernels, per pair of kernels around the gaps, µs
+        per step (`busy.idle_gaps`): from the CUDA-graph run where there is one (the eager run's gaps are
+        mostly the host's launches)."""
+        kernels, stats = ((self.graph_kernels, self.graph_stats) if self.graph_kernels is not None
+                          else (self.kernels, self.stats))
+        steps = max(1, stats.get("steps") or 1)
+        return idle_gaps(kernels[kernels["phase"] != "prefill"], steps)
 
     def launch_table(self, config, kv_len, weights="bf16"):
         """Each launch of a decoding step, timed inside the step's graph where it ran in one
