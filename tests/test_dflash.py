@@ -97,6 +97,41 @@ def test_long_acceptance_is_lossless(pair, block, monkeypatch):
         assert any(1 < c < block for c in counts), f"no step accepted part of the block: {counts}"
 
 
+def test_launch_ahead_until_the_worst_case_would_pass_the_end(tmp_path, monkeypatch):
+    """A step is launched before the one in flight is read whenever, were that one to commit its whole
+    block, the next would still fit before the length limit: the bound follows what the steps read so
+    far committed, not what every launch could have (two tokens a step of four here: most of the request
+    runs launched ahead, the tail one step at a time)."""
+    target, draft = tiny_pair(tmp_path, num_layers=1, num_hidden_layers=2)
+    engine = tileinfer.load(target, draft=draft, weights="fp32", backend="triton")
+    ids = torch.randint(0, 150, (7,), generator=torch.Generator().manual_seed(6)).tolist()
+    events, unread = [], []
+    launch, read = engine._launch, engine._read
+
+    def launching(shape, host_start, graphs):
+        step = launch(shape, host_start, graphs)
+        events.append(("launch", len(unread)))
+        unread.append(step)
+        return step
+
+    def reading(step, start, max_length, stop):
+        unread.remove(step)
+        events.append(("read", start, step.size, max_length))
+        return read(step, start, max_length, stop)
+
+    monkeypatch.setattr(engine, "_launch", launching)
+    monkeypatch.setattr(engine, "_read", reading)
+    new, block = 24, 4
+    out = engine.generate(ids, new, stop_ids=[], block_size=block, accept_profile=2)
+    assert out.stats.tokens_per_step[:-1] == [2] * (len(out.stats.tokens_per_step) - 1)
+    ahead = [e for e in events if e[0] == "launch" and e[1] > 0]
+    assert len(ahead) >= len(out.stats.tokens_per_step) - 3, events
+    for before, after in zip(events, events[1:]):
+        if before[0] == "read" and after == ("launch", 0):  # launched only once the step before was read
+            _, start, size, max_length = before
+            assert max_length - (start + size) < block or start + size + 1 >= max_length, events
+
+
 def test_triton_backend_launch_ahead_is_lossless(tmp_path):
     """The Triton backend launches the next step before reading this one (the KV length lives on the
     device); under the interpreter that path runs here too."""

@@ -494,6 +494,8 @@ class Engine:
                 out += committed
                 self._committed(committed)
                 start += len(committed)
+                # what this step left is known now: the furthest anchor is the steps still in flight's
+                launched_to = start + sum(s.size for s in pending)
                 stats.tokens_per_step.append(len(committed))
                 accept_s += time.perf_counter() - tic
                 if cut:
