@@ -29,7 +29,9 @@ bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0.
 the rows before the step's tokens were cached by an earlier step (`early_kv`), each program can instead
 load the first block of its share into registers before the wait; that made Qwen3-4B's steps slower on
 the H200 (plain decode 2.77 → 2.81 ms, DFlash 3.85 → 3.93 ms at 1k, bench/results/floor_early_kv_h200.csv),
-so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`.
+so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`. With `set_l2_ahead` (TILEINFER_L2_AHEAD=1,
+off until measured) the programs ask L2 for the next projection's weight right after the wait, in a few
+bulk requests each, while their own dependent work leaves HBM idle.
 """
 
 import os
