@@ -91,6 +91,9 @@ def test_step_on_a_tiny_random_checkpoint(tmp_path):
     assert (launches["timed_in"] == ("graphs" if on_gpu else "eager")).all()
     gemms = launches.dropna(subset=["floor_bytes"])
     assert (gemms["gb_s"] > 0).all()
+    gaps = pd.read_csv(out / "idle_gaps.csv")
+    assert list(gaps.columns) == ["before", "after", "us_per_step", "per_step", "mean_us"]
+    assert (gaps["us_per_step"] > 0).all() and gaps["us_per_step"].is_monotonic_decreasing
 
 
 @pytest.mark.slow

@@ -154,6 +154,7 @@ def _step(args):
         _write(out, "launches", prof.launch_table(engine.config, len(prompt) + args.new_tokens // 2, args.weights), {})
     except ValueError as e:  # e.g. a reply of one token has no decoding step
         print(f"no launch table: {e}", file=sys.stderr)
+    _write(out, "idle_gaps", prof.idle_gaps(), {})
     print(prof.summary.T.to_string())
 
 
@@ -221,7 +222,7 @@ def build_parser(prog="python -m tileinfer_profiling"):
     s.add_argument("--out", required=True)
     s.set_defaults(fn=_sweep)
 
-    t = sub.add_parser("step", help="profile a short generation: kernels per phase and layer, busy %%")
+    t = sub.add_parser("step", help="profile a short generation: kernels per phase and layer, launches, idle gaps, busy %%")
     t.add_argument("--model", help="checkpoint directory or cached hub id (default: the embedded pair)")
     t.add_argument("--draft", help="DFlash drafter (default: the embedded pair's drafter with the embedded target)")
     t.add_argument("--weights", default="bf16", choices=["bf16", "fp16", "fp32", "int8"])
