@@ -313,17 +313,22 @@ def main(argv=None):
 SWITCHES = ("point", "pdl", "fuse_norms", "step_kv", "early_kv", "early_epilogue", "l2_ahead", "num_splits")
 
 
+def by_setting(df, keys):
+    """df in groups by `keys` and by each of SWITCHES the run varied: (the keys' values, the settings as a
+    label, the group)."""
+    varied = [c for c in SWITCHES if c not in keys and c in df and df[c].nunique() > 1]
+    for key, g in df.groupby([*keys, *varied], sort=False):
+        yield key[:len(keys)], "".join(f"{c} {v}, " for c, v in zip(varied, key[len(keys):])), g
+
+
 def print_over_floor(site_table):
     """Per model, weights and mode (and each setting the run varied): what each role of the target spends
     beyond its bytes' floor, µs per step (own times inside the step's graph), most first."""
     sites = pd.DataFrame(site_table)
     sites = sites[(sites["network"] == "target") & sites["floor_us"].notna()]
-    varied = [c for c in SWITCHES if c in sites and sites[c].nunique() > 1]
     print("\nµs per step beyond the floor, by role of the target (own time - floor)")
-    for key, g in sites.groupby(["model", "weights", "mode", *varied], sort=False):
-        model, weights, mode, *settings = key
+    for (model, weights, mode), where, g in by_setting(sites, ["model", "weights", "mode"]):
         over = (g["own_us"] - g["floor_us"]).groupby(g["role"]).sum().sort_values(ascending=False)
-        where = "".join(f"{c} {v}, " for c, v in zip(varied, settings))
         print(f"{model:11} {weights:5} {mode:6} {where}" + ", ".join(f"{role} {us:.0f}" for role, us in over.items()))
 
 
@@ -331,11 +336,8 @@ def print_gaps(gap_table, top=3):
     """Per model, weights, mode and point (and each setting the run varied): the GPU's idle µs per step
     between the step's kernels and the `top` pairs of kernels around it."""
     gaps = pd.DataFrame(gap_table)
-    varied = [c for c in SWITCHES[1:] if c in gaps and gaps[c].nunique() > 1]
     print("\nidle µs per step between kernels (CUDA graphs), most first: before → after")
-    for key, g in gaps.groupby(["model", "weights", "mode", "point", *varied], sort=False):
-        model, weights, mode, point, *settings = key
-        where = "".join(f"{c} {v}, " for c, v in zip(varied, settings))
+    for (model, weights, mode, point), where, g in by_setting(gaps, ["model", "weights", "mode", "point"]):
         pairs = "; ".join(f"{r.before[:28]} → {r.after[:28]} {r.us_per_step:.1f}" for r in g.head(top).itertuples())
         print(f"{model:11} {weights:5} {mode:6} {point:4} {where}{g['us_per_step'].sum():.1f}: {pairs}")
 

@@ -71,7 +71,7 @@ def test_decode_any_prefetch_bound(prefetch_rows, device):
 def test_decode_early_kv_has_the_same_bits(kv_len, num_q_tokens, causal, num_splits, split_size, device, monkeypatch):
     """Reading each share's first block before the grid-dependency wait (the step's own rows again after
     it) changes nothing in the output."""
-    monkeypatch.setattr(decode_attention_module, "_early_kv", True)  # calls' early_kv count only where it is on
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)  # calls' early_kv count only where it is on
     q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
     kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
     kw = dict(causal=causal, num_splits=num_splits, split_size=split_size, block_m=64 if split_size else None)
@@ -100,7 +100,7 @@ def test_decode_in_row_blocks(kv_len, num_q_tokens, causal, num_splits, tokens_p
                               monkeypatch):
     """Tokens spread over programs (a counter and a merge per KV head and row block; causal blocks stop at
     their last token's keys) give the reference's output; the last row block may be short."""
-    monkeypatch.setattr(decode_attention_module, "_early_kv", True)
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)
     q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, dtype, device)
     kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
     for tma in (False, True):
@@ -122,7 +122,7 @@ def test_decode_l2_ahead_has_the_same_bits(num_q_tokens, num_splits, tokens_per_
     """Asking L2 for the next weight right after the wait, shared by the live programs (on an sm_90 GPU;
     elsewhere nothing is asked), changes nothing in the output: a weight that starts off a 16-byte boundary
     and ends inside one, and one larger than a bulk request, with the KV length under a bound and past it."""
-    monkeypatch.setattr(decode_attention_module, "_l2_ahead", True)
+    monkeypatch.setattr(decode_attention_module.L2_AHEAD, "on", True)
     q, k, v = make_inputs(300, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
     kv_len_t = torch.tensor([300], dtype=torch.int32, device=device)
     kw = dict(causal=True, num_splits=num_splits, tokens_per_program=tokens_per_program, split_size=split_size,

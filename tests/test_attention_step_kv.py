@@ -71,7 +71,7 @@ def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv
                                                    num_splits, dtype, early_kv, device, monkeypatch):
     """With early_kv the step's rows, NaN in the cache until this launch writes them, are read again after
     the writes: a NaN in the output would show a row read before."""
-    monkeypatch.setattr(decode_attention_module, "_early_kv", True)  # calls' early_kv count only where it is on
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)  # calls' early_kv count only where it is on
     heads = (num_q_heads, num_kv_heads, head_dim)
     cache, qkv, weights, cos_sin = make_step(kv_len, t, *heads, dtype, device)
     positions = torch.arange(kv_len - t, kv_len, device=device)
@@ -90,7 +90,7 @@ def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv
 def test_exact_rows_do_not_depend_on_the_step_size(dtype, early_kv, device, monkeypatch):
     """In exact mode a token's K row, and its attention row, have the same bits whether the step holds it
     alone or in a block of 16: the cache it leaves and the output both."""
-    monkeypatch.setattr(decode_attention_module, "_early_kv", True)
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)
     num_q_heads, num_kv_heads, head_dim, max_length = 4, 2, 32, 300
     heads = (num_q_heads, num_kv_heads, head_dim)
     num_splits = 2

@@ -227,7 +227,7 @@ def test_l2_ahead_decodes_the_same_tokens(tmp_path, monkeypatch):
     ids = torch.randint(0, 150, (21,), generator=torch.Generator().manual_seed(5)).tolist()
     runs = {}
     for on in (False, True):
-        monkeypatch.setattr(decode_attention_module, "_l2_ahead", on)
+        monkeypatch.setattr(decode_attention_module.L2_AHEAD, "on", on)
         engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
         runs[on] = [engine.generate(ids, 12, stop_ids=[], block_size=block).tokens for block in (16, 1)]
     assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
@@ -337,7 +337,7 @@ def test_sums_read_early_give_the_same_bits(device, m, split_k, swiglu, monkeypa
     for exact in (False, True):
         outs = []
         for early in (False, True):
-            monkeypatch.setattr(skinny_gemm_module, "_early_epilogue", early)
+            monkeypatch.setattr(skinny_gemm_module.EARLY_EPILOGUE, "on", early)
             outs.append(skinny_gemm(x, w, norm_sums=sums, config=cfg, exact=exact, eps=EPS, swiglu=swiglu))
         assert torch.equal(outs[0], outs[1]), f"M={m} split {split_k} exact={exact}"
         rows = torch.rsqrt(sums.sum(0)[:m] / k + EPS)
@@ -370,7 +370,7 @@ def test_residual_read_early_gives_the_same_bits(device, m, split_k, int8, monke
     for exact in (False, True):
         outs = []
         for early in (False, True):
-            monkeypatch.setattr(skinny_gemm_module, "_early_epilogue", early)
+            monkeypatch.setattr(skinny_gemm_module.EARLY_EPILOGUE, "on", early)
             outs.append(skinny_gemm(x, w, scale, residual=residual.clone(), config=cfg, exact=exact, row_sums=True))
         # the sums' columns past the rows (all but the first in a GEMV) are never written
         assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1][:, :m], outs[1][1][:, :m]), \

@@ -49,6 +49,7 @@ from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.pdl import bulk_prefetch_l2, launch_options, prefetch_l2
 from tileinfer.ops.rope import norm_rope_tile, rope_factors
+from tileinfer.ops.switches import Switch
 from tileinfer.ops.tuning import section
 
 LOG2E = 1.4426950408889634
@@ -56,38 +57,20 @@ _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 
 
 _kv_prefetch_rows = None
-_early_kv = os.environ.get("TILEINFER_EARLY_KV", "0") != "0"
-_l2_ahead = os.environ.get("TILEINFER_L2_AHEAD", "0") != "0"
+# calls that pass `early_kv` read their first K/V block before PDL's wait
+EARLY_KV = Switch("TILEINFER_EARLY_KV")
+set_early_kv, early_kv_label = EARLY_KV.set, EARLY_KV.label
+# calls that pass `l2_ahead` ask L2 for those bytes right after PDL's wait
+L2_AHEAD = Switch("TILEINFER_L2_AHEAD")
+set_l2_ahead, l2_ahead_label = L2_AHEAD.set, L2_AHEAD.label
 AHEAD_PIECE = 64 * 1024  # bytes a bulk prefetch request asks for
-
-
-def set_l2_ahead(on: bool) -> None:
-    """Let calls that pass `l2_ahead` ask L2 for those bytes right after PDL's wait, for kernels launched
-    from now on (off unless TILEINFER_L2_AHEAD=1)."""
-    global _l2_ahead
-    _l2_ahead = bool(on)
-
-
-def l2_ahead_label() -> str:
-    return "on" if _l2_ahead else "off"
 
 
 def l2_ahead_for(device: torch.device) -> bool:
     """Whether kernels on `device` prefetch `l2_ahead`: asked for, compiled, on a GPU with bulk copies (sm_90+)."""
     device = torch.device(device)
-    return (_l2_ahead and not INTERPRET and device.type == "cuda"
+    return (L2_AHEAD.on and not INTERPRET and device.type == "cuda"
             and torch.cuda.get_device_capability(device) >= (9, 0))
-
-
-def set_early_kv(on: bool) -> None:
-    """Let calls that pass `early_kv` read their first K/V block before PDL's wait, for kernels launched
-    from now on (off unless TILEINFER_EARLY_KV=1)."""
-    global _early_kv
-    _early_kv = bool(on)
-
-
-def early_kv_label() -> str:
-    return "on" if _early_kv else "off"
 
 
 def set_kv_prefetch(on: bool, rows: int | None = None) -> None:
@@ -519,7 +502,7 @@ def decode_attention(
     if l2_ahead_max_kv is None:
         l2_ahead_max_kv = tuned.get("l2_ahead_max_kv", 0)
     ahead_max_kv = int(l2_ahead_max_kv) or 2**31 - 1
-    early_kv = bool(early_kv) and _early_kv and not tma
+    early_kv = bool(early_kv) and EARLY_KV.on and not tma
     if tma:
         triton.set_allocator(_descriptor_scratch)
     if num_splits < 1:

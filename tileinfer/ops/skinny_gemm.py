@@ -34,7 +34,6 @@ same bits).
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -47,9 +46,9 @@ from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.gemm_configs import GemmConfig, get_config
 from tileinfer.ops.pdl import launch_options, prefetch_l2
+from tileinfer.ops.switches import Switch
 
 MAX_M = 16
-_early_epilogue = os.environ.get("TILEINFER_EARLY_EPILOGUE", "0") != "0"
 SUM_ROWS: tl.constexpr = tl.constexpr(MAX_M)  # rows of a row_sums tensor [tiles, SUM_ROWS]
 SUM_CHUNK: tl.constexpr = tl.constexpr(32)  # tiles of row sums read per load
 ARGMAX_GROUP = 256  # tiles per argmax arrival counter
@@ -58,17 +57,11 @@ KEY_CHUNK: tl.constexpr = tl.constexpr(64)  # tiles' argmax keys read per load
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)  # int32s between the argmax's counters: one 128-byte line each
 
 
-def set_early_epilogue(on: bool) -> None:
-    """The epilogue's inputs from the kernel before — a folded norm's row sums (`norm_sums=`), the residual
-    stream's rows (`residual=`) — loaded right after the grid-dependency wait, beside the first weight tiles,
-    instead of after the K loop; for kernels launched from now on (off unless TILEINFER_EARLY_EPILOGUE=1).
-    The bits are the same either way."""
-    global _early_epilogue
-    _early_epilogue = bool(on)
-
-
-def early_epilogue_label() -> str:
-    return "on" if _early_epilogue else "off"
+# The epilogue's inputs from the kernel before — a folded norm's row sums (`norm_sums=`), the residual
+# stream's rows (`residual=`) — loaded right after the grid-dependency wait, beside the first weight tiles,
+# instead of after the K loop. The bits are the same either way.
+EARLY_EPILOGUE = Switch("TILEINFER_EARLY_EPILOGUE")
+set_early_epilogue, early_epilogue_label = EARLY_EPILOGUE.set, EARLY_EPILOGUE.label
 
 
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -637,7 +630,7 @@ def skinny_gemm(
                                                               dtype=x.dtype)
 
     words = block_m == 1 and reads_words(x, w, scale, norm)
-    early = _early_epilogue and (norm_mode == 3 or residual is not None)
+    early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None)
 
     def launch(c: GemmConfig):
         nonlocal sums_out
