@@ -79,7 +79,7 @@ def model_linears(sizes) -> dict:
 SMOKE = {"qkv": (96, 64), "o": (64, 96), "gate_up": (160, 64), "down": (64, 160), "lm_head": (200, 64), "fc": (64, 320)}
 L2_DEFEAT_BYTES = 256 << 20
 
-# (block_n, block_k, num_warps, num_stages[, fast_i8]); split_k is a runtime argument, searched separately.
+# (block_n, block_k, num_warps, num_stages[, fast_i8[, k_warps]]); split_k is a runtime argument, searched separately.
 # First H200 run (127707b): the BF16 winners were gemv 8-16 x 512 and dot 64 x 128 x 6 stages; INT8 with
 # cvt conversions was conversion-bound (gate_up 2.3 TB/s), so INT8 now tries the integer-op conversion.
 GRID = {
@@ -92,7 +92,9 @@ GRID = {
     ("dot", "int8"): [(32, 256, 4, 6), (32, 512, 4, 4), (64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                       (128, 256, 4, 4), (128, 128, 4, 6), (32, 512, 4, 4, False), (64, 256, 4, 4, False),
                       (32, 512, 2, 4, False), (32, 256, 2, 6, False), (64, 256, 2, 4, False),
-                      (32, 128, 2, 4, False), (32, 128, 2, 3, False), (32, 64, 2, 6, False), (16, 128, 1, 4, False)],
+                      (32, 128, 2, 4, False), (32, 128, 2, 3, False), (32, 64, 2, 6, False), (16, 128, 1, 4, False),
+                      (32, 128, 4, 4, False, 4), (32, 256, 4, 3, False, 4), (32, 256, 8, 3, False, 8),
+                      (64, 128, 4, 4, False, 4), (16, 256, 4, 4, False, 4), (32, 128, 2, 4, False, 2)],
 }
 # The 2-warp tiles 256-512 deep were added untimed: compiled for sm_90 (`tileinfer_profiling.compiled.gemm_variants`),
 # the INT8 winners of the first tune (32 x 512, 4 warps) get a 2 x 2 warp layout on a 32 x 16 tile and
@@ -101,6 +103,9 @@ GRID = {
 # shared memory: 1-2 blocks of 2 warps per SM, half the SM's schedulers idle (gate_up 35 µs at M = 16 against
 # a 6.7 µs instruction floor). The last four (untimed) keep the instruction floor within 10 % with 17-38 KB:
 # 6-12 blocks per SM for qkv, o, down and gate_up (gemm_variants, sm_90).
+# Still 2x the byte floor (gate_up 23.5 µs): 304 programs of 2 warps leave ~1 warp per scheduler to hide
+# each load's and MMA's latency. The last six split every K-block among the warps (k_warps, a batched dot):
+# the same rows and instructions a weight, 2-4x the warps per SM (`gemm_variants`, sm_90).
 # Splits of 3 and 6 fill a wave where powers of two cannot: Qwen3-4B's o_proj has 40 tiles of 64 rows,
 # × 3 = 120 programs on 132 SMs (× 4 = 160 is 1.2 waves); it read 2.3 TB/s at M = 16 against 3.2 for qkv.
 SPLITS = (1, 2, 3, 4, 6, 8, 16)
@@ -238,13 +243,14 @@ class Shape:
 
 
 def candidates(path: str, kind: str, n: int, k: int, num_sms: int, extra=()):
-    for bn, bk, warps, stages, *fast in [*GRID[(path, kind)], *extra]:
+    for bn, bk, warps, stages, *rest in [*GRID[(path, kind)], *extra]:
+        fast, k_warps = (*rest, *(True, 1)[len(rest):])
         tiles = -(-n // bn)
         for split in SPLITS:
             if split > 1 and (tiles >= 4 * num_sms or k // split < 2 * bk):
                 continue
             yield GemmConfig(block_n=bn, block_k=bk, split_k=split, num_warps=warps, num_stages=stages,
-                             fast_i8=fast[0] if fast else True)
+                             fast_i8=fast, k_warps=k_warps)
 
 
 PREFETCHES = (2, 4, 8)  # tried on each winner: weight K-blocks asked of L2 before PDL's wait

@@ -98,6 +98,44 @@ def test_swiglu_epilogue_after_split_k(device, split_k, m, quantized):
     assert torch.equal(fused, silu_mul(skinny_gemm(x, *weights, config=cfg)))
 
 
+@pytest.mark.parametrize("k_warps", [2, 4])
+@pytest.mark.parametrize("m", [5, 16])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_k_warps_slices_take_the_same_products(device, k_warps, m, quantized):
+    """A tl.dot config whose warps split each K-block (`k_warps`) against the same config without: plain,
+    with a split K, the RMSNorm on the way in, the SwiGLU and the residual epilogues (K = 130: a partial
+    last block, and slices of it past K)."""
+    n, k = 96, 130
+    gen = torch.Generator().manual_seed(11 * k_warps + m)
+    lin = Linear(weight=(torch.randn(n, k, generator=gen) * k ** -0.5).to(device, torch.bfloat16))
+    lin = quantize_linear(lin) if quantized else lin
+    weights = (lin.qweight, lin.scale) if quantized else (lin.weight,)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    g = (1 + 0.1 * torch.randn(k, generator=gen)).to(device, torch.bfloat16)
+    res = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
+    base = GemmConfig(block_n=32, block_k=64, num_warps=4)
+    for split_k in (1, 2):
+        one = GemmConfig(**{**base.as_dict(), "split_k": split_k})
+        sliced = GemmConfig(**{**one.as_dict(), "k_warps": k_warps})
+        for what, kw in (("plain", {}), ("norm", {"norm": g}), ("swiglu", {"swiglu": True})):
+            y, y1 = (skinny_gemm(x, *weights, config=c, **kw) for c in (sliced, one))
+            assert_close(y.double(), y1.double(), atol=2e-2 * y1.abs().max().item(), rtol=0,
+                         what=f"{what} k_warps={k_warps} split_k={split_k}")
+        y, y1 = (skinny_gemm(x, *weights, config=c, residual=res.clone()) for c in (sliced, one))
+        assert_close(y.double(), y1.double(), atol=2e-2 * y1.abs().max().item(), rtol=0, what="residual")
+    _check(skinny_gemm(x, *weights, config=GemmConfig(**{**base.as_dict(), "k_warps": k_warps})), x,
+           lin.dequantized(torch.float64) if quantized else lin.weight, torch.bfloat16, f"k_warps={k_warps}")
+
+
+def test_k_warps_leave_the_gemv_alone():
+    from tileinfer.ops.skinny_gemm import _k_warps
+    cfg = GemmConfig(block_n=32, block_k=256, num_warps=4, k_warps=8)
+    assert _k_warps(cfg, 1, 256) == 1
+    assert _k_warps(cfg, 16, 256) == 4       # no more than its warps
+    assert _k_warps(cfg, 16, 32) == 2        # slices at least 16 deep
+    assert _k_warps(GemmConfig(block_n=32, block_k=96, num_warps=8, k_warps=3), 16, 96) == 2  # a power of two
+
+
 def test_swiglu_epilogue_rows_do_not_depend_on_m(device):
     gen = torch.Generator().manual_seed(5)
     lin = Linear(weight=torch.randn(2 * 40, 70, generator=gen).to(device, torch.bfloat16))

@@ -29,6 +29,7 @@ class GemmConfig:
     num_stages: int = 4
     fast_i8: bool = True  # int8 -> float by integer ops instead of cvt (skinny_gemm._int8_to_f32)
     prefetch_k: int = 0   # leading K blocks of each program's weights asked of L2 before PDL's wait
+    k_warps: int = 1      # warps that share a tile's rows, each on a slice of every K-block (tl.dot only)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -64,6 +64,15 @@ EARLY_EPILOGUE = Switch("TILEINFER_EARLY_EPILOGUE")
 set_early_epilogue, early_epilogue_label = EARLY_EPILOGUE.set, EARLY_EPILOGUE.label
 
 
+def _k_warps(c: GemmConfig, block_m: int, block_k: int) -> int:
+    """The K slices of a tl.dot config's K-block (`_rows_acc`'s K_WARPS): at most its warps, each slice at
+    least 16 deep (one MMA's K); 1 for the GEMV."""
+    if block_m == 1:
+        return 1
+    k_warps = min(c.k_warps, c.num_warps, block_k // 16)
+    return max(1, 1 << (k_warps.bit_length() - 1))
+
+
 def skinny_gemm_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ (w * scale[:, None]).T in x.dtype, computed in fp32."""
     wf = w.float() if scale is None else w.float() * scale.float()[:, None]
@@ -167,7 +176,7 @@ def _rows_acc(
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
     NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr, WORDS: tl.constexpr,
-    EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr,
+    EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr, K_WARPS: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -181,7 +190,9 @@ def _rows_acc(
     values, and multiplies byte b of word j with x[4j + b] (`_words_fma`), BLOCK_K // 4 words a row.
     EARLY_SUMS: the third result is the Σx² another kernel's tiles left at sums_ptr (`_given_sums`), read
     right after the wait, while the first weight tiles are still on their way, not after the K loop.
-    EARLY_RES: the fourth is the residual stream's tile at res_ptrs, read there too (else a placeholder)."""
+    EARLY_RES: the fourth is the residual stream's tile at res_ptrs, read there too (else a placeholder).
+    K_WARPS (tl.dot): each K-block is cut in K_WARPS slices, one batch of a batched dot each, which puts
+    that many warps on one tile's rows; the slices' sums are added once, after the loop."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -236,8 +247,13 @@ def _rows_acc(
         m_mask = offs_m < M
         given, res = _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M, PDL, EARLY_SUMS,
                                        EARLY_RES)
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        KS: tl.constexpr = BLOCK_K // K_WARPS
+        if K_WARPS > 1:
+            acc = tl.zeros((K_WARPS, BLOCK_N, BLOCK_M), dtype=tl.float32)
+            acc2 = tl.zeros((K_WARPS, BLOCK_N, BLOCK_M), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
         if EARLY_SUMS:
             ss = given
@@ -253,10 +269,15 @@ def _rows_acc(
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
-            xt = tl.load(
-                x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
-                mask=m_mask[None, :] & k_mask[:, None], other=0.0,
-            )
+            if K_WARPS > 1:
+                k3 = k0 + tl.arange(0, K_WARPS)[:, None] * KS + tl.arange(0, KS)[None, :]  # [K_WARPS, KS]
+                xt = tl.load(x_ptr + offs_m[None, None, :] * stride_xm + k3[:, :, None],
+                             mask=m_mask[None, None, :] & (k3 < k_end)[:, :, None], other=0.0)
+            else:
+                xt = tl.load(
+                    x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
+                    mask=m_mask[None, :] & k_mask[:, None], other=0.0,
+                )
             if NORM:
                 if AHEAD:
                     xs = xs_next.to(tl.float32)
@@ -268,13 +289,27 @@ def _rows_acc(
                                  other=0.0).to(tl.float32)
                 ss += tl.sum(xs * xs, axis=1)
                 if NORM == 1:
-                    g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
-                    xt = (xt.to(tl.float32) * g[:, None]).to(x_ptr.dtype.element_ty)
-            w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+                    if K_WARPS > 1:
+                        g = tl.load(g_ptr + k3, mask=k3 < k_end, other=0.0).to(tl.float32)
+                        xt = (xt.to(tl.float32) * g[:, :, None]).to(x_ptr.dtype.element_ty)
+                    else:
+                        g = tl.load(g_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+                        xt = (xt.to(tl.float32) * g[:, None]).to(x_ptr.dtype.element_ty)
+            if K_WARPS > 1:
+                w_mask3 = w_mask[None, :, :] & (k3 < k_end)[:, None, :]
+                w = tl.load(w_rows[None, :, :] + k3[:, None, :], mask=w_mask3, other=0.0)
+                if TWO:
+                    w2 = tl.load(w_rows2[None, :, :] + k3[:, None, :], mask=w_mask3, other=0.0)
+            else:
+                w = tl.load(w_rows + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
+                if TWO:
+                    w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
             if TWO:
-                w2 = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & k_mask[None, :], other=0.0)
                 acc2 = _dot_acc(w2, xt, acc2, DOT_FP32, DOT_IEEE, FAST_I8)
             acc = _dot_acc(w, xt, acc, DOT_FP32, DOT_IEEE, FAST_I8)
+        if K_WARPS > 1:
+            acc = tl.sum(acc, axis=0)
+            acc2 = tl.sum(acc2, axis=0)
         if HAS_SCALE:
             acc *= tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
             if TWO:
@@ -388,7 +423,7 @@ def _skinny_gemm_kernel(
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
-    WORDS: tl.constexpr, EARLY: tl.constexpr,
+    WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -435,7 +470,7 @@ def _skinny_gemm_kernel(
     acc, up, ss, res = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
                                  stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, HAS_SCALE, BLOCK_M,
                                  BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM, PREFETCH,
-                                 LINES, WORDS, EARLY_SUMS, EARLY_RES)
+                                 LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS)
     done = True
     if PARTIAL:
         tl.store(part_ptrs, acc, mask=mask)
@@ -658,7 +693,7 @@ def skinny_gemm(
             SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
-            WORDS=words and c.fast_i8, EARLY=early,
+            WORDS=words and c.fast_i8, EARLY=early, K_WARPS=_k_warps(c, block_m, block_k),
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
