@@ -60,7 +60,8 @@ _kv_prefetch_rows = None
 # calls that pass `early_kv` read their first K/V block before PDL's wait
 EARLY_KV = Switch("TILEINFER_EARLY_KV")
 set_early_kv, early_kv_label = EARLY_KV.set, EARLY_KV.label
-# calls that pass `l2_ahead` ask L2 for those bytes right after PDL's wait
+# calls that pass `l2_ahead` ask L2 for those bytes right after PDL's wait; off: on the H200 the attention
+# took the bytes' time and the o_proj after it gained a tenth of it (floor_l2_ahead_h200.csv)
 L2_AHEAD = Switch("TILEINFER_L2_AHEAD")
 set_l2_ahead, l2_ahead_label = L2_AHEAD.set, L2_AHEAD.label
 AHEAD_PIECE = 64 * 1024  # bytes a bulk prefetch request asks for

@@ -59,7 +59,8 @@ COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)  # int32s between the argmax's c
 
 # The epilogue's inputs from the kernel before — a folded norm's row sums (`norm_sums=`), the residual
 # stream's rows (`residual=`) — loaded right after the grid-dependency wait, beside the first weight tiles,
-# instead of after the K loop. The bits are the same either way.
+# instead of after the K loop. The bits are the same either way; off: on the H200 the steps' times moved
+# less than between runs (floor_early_epilogue_h200.csv).
 EARLY_EPILOGUE = Switch("TILEINFER_EARLY_EPILOGUE")
 set_early_epilogue, early_epilogue_label = EARLY_EPILOGUE.set, EARLY_EPILOGUE.label
 
