@@ -88,7 +88,9 @@ GRID = {
     ("gemv", "int8"): [(8, 1024, 4, 4), (16, 512, 4, 4), (16, 1024, 4, 3), (16, 1024, 8, 4), (32, 512, 4, 4),
                        (32, 512, 8, 4), (64, 256, 4, 4), (8, 1024, 4, 4, False), (32, 512, 8, 4, False)],
     ("dot", "bf16"): [(32, 128, 4, 6), (32, 256, 4, 4), (64, 64, 4, 8), (64, 128, 4, 4), (64, 128, 4, 6),
-                      (64, 128, 8, 6), (64, 256, 4, 3), (128, 128, 4, 4), (128, 64, 4, 6)],
+                      (64, 128, 8, 6), (64, 256, 4, 3), (128, 128, 4, 4), (128, 64, 4, 6),
+                      (32, 128, 4, 4, True, 4), (32, 256, 8, 3, True, 8), (16, 256, 4, 4, True, 4),
+                      (64, 128, 4, 4, True, 4)],
     ("dot", "int8"): [(32, 256, 4, 6), (32, 512, 4, 4), (64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                       (128, 256, 4, 4), (128, 128, 4, 6), (32, 512, 4, 4, False), (64, 256, 4, 4, False),
                       (32, 512, 2, 4, False), (32, 256, 2, 6, False), (64, 256, 2, 4, False),
@@ -105,7 +107,8 @@ GRID = {
 # 6-12 blocks per SM for qkv, o, down and gate_up (gemm_variants, sm_90).
 # Still 2x the byte floor (gate_up 23.5 µs): 304 programs of 2 warps leave ~1 warp per scheduler to hide
 # each load's and MMA's latency. The last six split every K-block among the warps (k_warps, a batched dot):
-# the same rows and instructions a weight, 2-4x the warps per SM (`gemm_variants`, sm_90).
+# the same rows and instructions a weight, 2-4x the warps per SM (`gemm_variants`, sm_90). BF16 tries them
+# too: its wgmma winner for the 4B gate_up holds 145 KB, one block per SM for 152 programs (1.15 waves).
 # Splits of 3 and 6 fill a wave where powers of two cannot: Qwen3-4B's o_proj has 40 tiles of 64 rows,
 # × 3 = 120 programs on 132 SMs (× 4 = 160 is 1.2 waves); it read 2.3 TB/s at M = 16 against 3.2 for qkv.
 SPLITS = (1, 2, 3, 4, 6, 8, 16)
