@@ -105,10 +105,11 @@ GRID = {
 # shared memory: 1-2 blocks of 2 warps per SM, half the SM's schedulers idle (gate_up 35 µs at M = 16 against
 # a 6.7 µs instruction floor). The last four (untimed) keep the instruction floor within 10 % with 17-38 KB:
 # 6-12 blocks per SM for qkv, o, down and gate_up (gemm_variants, sm_90).
-# Still 2x the byte floor (gate_up 23.5 µs): 304 programs of 2 warps leave ~1 warp per scheduler to hide
-# each load's and MMA's latency. The last six split every K-block among the warps (k_warps, a batched dot):
-# the same rows and instructions a weight, 2-4x the warps per SM (`gemm_variants`, sm_90). BF16 tries them
-# too: its wgmma winner for the 4B gate_up holds 145 KB, one block per SM for 152 programs (1.15 waves).
+# Still 2x the byte floor (gate_up 23.5 µs): 304 programs of 2 warps leave ~1 warp per scheduler. The last
+# six split every K-block among the warps (k_warps, a batched dot): the same instructions a weight, 2-4x
+# the warps per SM (`gemm_variants`, sm_90). On the H200 4x the warps bought 3 % (gate_up 22.9 -> 22.3 µs,
+# bench/results/gemm_tune_int8_k_warps_h200.csv): latency is not what binds it. BF16 tries them too: its
+# wgmma winner for the 4B gate_up holds 145 KB, one block per SM for 152 programs (1.15 waves).
 # Splits of 3 and 6 fill a wave where powers of two cannot: Qwen3-4B's o_proj has 40 tiles of 64 rows,
 # × 3 = 120 programs on 132 SMs (× 4 = 160 is 1.2 waves); it read 2.3 TB/s at M = 16 against 3.2 for qkv.
 SPLITS = (1, 2, 3, 4, 6, 8, 16)
