@@ -11,11 +11,14 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
     python3 bench/gemm_bench.py --tune-only --models 0.6b,1.7b,4b,8b --ms 1,16 --kinds bf16 --out DIR
                                                      # tune those shapes only and merge the winners into the
                                                      # GPU's configs (entries not tuned are kept); add
-                                                     # --linears lm_head to tune only those linears
+                                                     # --linears lm_head to tune only those linears, or
+                                                     # --from-installed to keep the installed tiles and
+                                                     # tune only their L2 prefetch settings
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
 Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each winner again with its
-first 2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait.
+first 2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait, then with each K-loop iteration asking
+L2 for the block 2, 4, 8 or 16 ahead.
 
 A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue. With `--folds` it also
 times the layer's linears as `TILEINFER_FUSE_NORMS=1` runs them (the RMSNorm folded into qkv and gate_up,
@@ -258,6 +261,11 @@ def candidates(path: str, kind: str, n: int, k: int, num_sms: int, extra=()):
 
 
 PREFETCHES = (2, 4, 8)  # tried on each winner: weight K-blocks asked of L2 before PDL's wait
+# Then on the winner of those: each K-loop iteration also asking L2 for the block this many ahead. At M = 16
+# a program's bytes in flight are its pipeline's stages, which shared memory bounds (the INT8 gate_up's 2-3
+# programs of 6 x 4 KB per SM each read 164 KB in 22.9 µs, ~7 GB/s); a prefetch holds no shared memory and no
+# registers.
+AHEADS = (2, 4, 8, 16)
 
 
 # Larger tiles tried for an LM head with its argmax epilogue: each tile counts its arrival, so fewer tiles
@@ -267,10 +275,11 @@ ARGMAX_GRID = {"gemv": [(32, 256, 4, 4), (64, 128, 4, 4), (64, 256, 8, 4), (32, 
 
 
 def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("bf16", "int8"),
-         trials: list | None = None) -> dict:
+         trials: list | None = None, installed: bool = False) -> dict:
     """Best config per shape x M bucket x weight kind, timed in graphs; returns the JSON table for this GPU.
     An LM head is tuned twice: as a plain product and with its argmax epilogue (entries "<kind>_argmax").
-    Every candidate's time is appended to `trials` (shape, m, kind, config, µs, TB/s)."""
+    Every candidate's time is appended to `trials` (shape, m, kind, config, µs, TB/s). `installed`: the
+    GPU's installed config of each entry is the only tile tried (then its L2 prefetch settings), not the grid."""
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 132
     table: dict = {}
     t0 = time.time()
@@ -282,7 +291,7 @@ def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("
                 log(f"tune: budget of {budget_s:.0f} s spent; {name} m{m} {entry} keeps the heuristic")
                 continue
             x = torch.randn(m, sh.k, device=device, generator=gen).to(torch.bfloat16)
-            best = _tune_one(sh, x, kind, argmax, num_sms, device, log, trials)
+            best = _tune_one(sh, x, kind, argmax, num_sms, device, log, trials, installed)
             if best is None:
                 continue
             us, cfg = best
@@ -293,8 +302,10 @@ def tune(shapes: dict, device: str, budget_s: float, log, ms=M_BUCKETS, kinds=("
     return table
 
 
-def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device: str, log, trials):
-    """(µs, config) of the fastest correct candidate for one shape, M, weight kind and epilogue."""
+def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device: str, log, trials,
+              installed: bool = False):
+    """(µs, config) of the fastest correct candidate for one shape, M, weight kind and epilogue; `installed`:
+    the candidates are the GPU's installed config alone."""
     m = x.shape[0]
     path = "gemv" if m == 1 else "dot"
     nbytes = sh.bytes_bf16 if kind == "bf16" else sh.bytes_int8
@@ -325,17 +336,21 @@ def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device
 
     best = None
     extra = ARGMAX_GRID[path] if argmax else ()
-    for cfg in candidates(path, kind, sh.n, sh.k, num_sms, extra):
+    tiles = ([gemm_configs.get_config(sh.n, sh.k, m, kind, x.device, argmax)] if installed
+             else candidates(path, kind, sh.n, sh.k, num_sms, extra))
+    for cfg in tiles:
         us = trial(cfg)
         if us is not None and (best is None or us < best[0]):
             best = (us, cfg)
     if best is None:
         return None
-    for blocks in PREFETCHES if device == "cuda" else ():
-        cfg = dataclasses.replace(best[1], prefetch_k=blocks)
-        us = trial(cfg)
-        if us is not None and us < best[0]:
-            best = (us, cfg)
+    for field, values in (("prefetch_k", PREFETCHES), ("prefetch_ahead", AHEADS)) if device == "cuda" else ():
+        start = best[1]
+        for blocks in values:
+            cfg = dataclasses.replace(start, **{field: blocks})
+            us = trial(cfg)
+            if us is not None and us < best[0]:
+                best = (us, cfg)
     return best
 
 
@@ -385,6 +400,8 @@ def main() -> None:
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--tune-budget-s", type=float, default=240.0)
     ap.add_argument("--tune-only", action="store_true", help="tune, install the winners, measure nothing else")
+    ap.add_argument("--from-installed", action="store_true",
+                    help="with --tune-only: keep each entry's installed tile and tune only its L2 prefetch settings")
     ap.add_argument("--models", default="4b", help="Qwen3 sizes whose linears are tuned (with --tune-only)")
     ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)), help="M buckets to tune")
     ap.add_argument("--kinds", default="bf16,int8", help="weight kinds to tune")
@@ -402,6 +419,8 @@ def main() -> None:
         ap.error("--models tunes other sizes' linears: use it with --tune-only (the measured table is the 4B's)")
     if args.linears and not args.tune_only:
         ap.error("--linears picks which linears to tune: use it with --tune-only")
+    if args.from_installed and not args.tune_only:
+        ap.error("--from-installed refines the installed configs: use it with --tune-only")
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     if not cuda and not args.smoke:
@@ -434,7 +453,7 @@ def main() -> None:
 
     if args.tune or args.tune_only:
         trials = []
-        table = tune(shapes, device, args.tune_budget_s, log, ms, kinds, trials)
+        table = tune(shapes, device, args.tune_budget_s, log, ms, kinds, trials, installed=args.from_installed)
         if args.out and trials:
             with open(args.out / "gemm_tune_trials.csv", "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(meta) + list(trials[0]))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench import floor_bench
-from tileinfer.ops import decode_attention
+from tileinfer.ops import decode_attention, gemm_configs
 from tileinfer.ops.tuning import section
 from tileinfer.random_weights import TINY
 
@@ -91,6 +91,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
     (["--points", "tiny", "--early-kv", "soon"], "--early-kv: unknown soon"),
     (["--points", "tiny", "--early-epilogue", "late"], "--early-epilogue: unknown late"),
     (["--points", "tiny", "--num-splits", "auto,0"], "--num-splits takes auto or counts >= 1, got 0"),
+    (["--points", "tiny", "--prefetch-ahead", "0,-2"], "--prefetch-ahead takes non-negative integers"),
 ])
 def test_unknown_value_is_named(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
@@ -143,6 +144,19 @@ def test_early_kv_and_split_counts_measured_each(tmp_path):
         ("plain", "off", "auto"), ("dflash", "off", "auto"), ("plain", "off", "2"), ("dflash", "off", "2"),
         ("plain", "on", "auto"), ("dflash", "on", "auto"), ("plain", "on", "2"), ("dflash", "on", "2")]
     assert decode_attention.early_kv_label() == before  # as it was before the run
+
+
+def test_prefetch_ahead_measured_each(tmp_path):
+    """`--prefetch-ahead 0,4`: every GEMM as tuned, then asking L2 for the K-block 4 ahead in its loop; each row
+    labelled, and the setting back to 0 after the run."""
+    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
+                      "1", "--pdl", "off", "--prefetch-ahead", "0,4", "--no-cublas", "--bandwidth-gbs", "50",
+                      "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+    (path,) = tmp_path.glob("floor_*.csv")
+    table = pd.read_csv(path)
+    assert list(zip(table["mode"], table["prefetch_ahead"])) == [("plain", 0), ("dflash", 0), ("plain", 4),
+                                                                 ("dflash", 4)]
+    assert gemm_configs.prefetch_ahead() == 0
 
 
 def test_early_epilogue_and_l2_ahead_measured_each(tmp_path, monkeypatch):

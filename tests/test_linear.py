@@ -136,6 +136,32 @@ def test_k_warps_leave_the_gemv_alone():
     assert _k_warps(GemmConfig(block_n=32, block_k=96, num_warps=8, k_warps=3), 16, 96) == 2  # a power of two
 
 
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_prefetch_ahead_leaves_the_bits_alone(device, m, quantized):
+    """L2 prefetches in the K loop (`prefetch_ahead`) change no result: plain, split K, the RMSNorm on the way
+    in, the SwiGLU and residual epilogues, the GEMV (int8 on int32 words too) and tl.dot paths; K = 1000 is
+    a partial last block, so the blocks ahead run past the end of a split and of K."""
+    n, k = 96, 1000
+    gen = torch.Generator().manual_seed(7 + m)
+    lin = Linear(weight=(torch.randn(n, k, generator=gen) * k ** -0.5).to(device, torch.bfloat16))
+    lin = quantize_linear(lin) if quantized else lin
+    weights = (lin.qweight, lin.scale) if quantized else (lin.weight,)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    g = (1 + 0.1 * torch.randn(k, generator=gen)).to(device, torch.bfloat16)
+    res = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
+    for split_k in (1, 3):
+        base = GemmConfig(block_n=32, block_k=128, split_k=split_k, num_warps=4, num_stages=3)
+        ahead = GemmConfig(**{**base.as_dict(), "prefetch_ahead": 2})
+        for what, kw in (("plain", {}), ("norm", {"norm": g}), ("swiglu", {"swiglu": True})):
+            y, y0 = (skinny_gemm(x, *weights, config=c, **kw) for c in (ahead, base))
+            assert torch.equal(y, y0), f"{what} split_k={split_k}"
+        y, y0 = (skinny_gemm(x, *weights, config=c, residual=res.clone()) for c in (ahead, base))
+        assert torch.equal(y, y0), f"residual split_k={split_k}"
+    _check(skinny_gemm(x, *weights, config=GemmConfig(block_n=32, block_k=128, prefetch_ahead=4)), x,
+           lin.dequantized(torch.float64) if quantized else lin.weight, torch.bfloat16, "prefetch_ahead=4")
+
+
 def test_swiglu_epilogue_rows_do_not_depend_on_m(device):
     gen = torch.Generator().manual_seed(5)
     lin = Linear(weight=torch.randn(2 * 40, 70, generator=gen).to(device, torch.bfloat16))

@@ -155,3 +155,17 @@ def test_gemm_variants_rank_configs_by_their_instruction_floor():
 
     assert conversions_per_weight(four) == 2 and conversions_per_weight(two) == 1
     assert two["instruction_floor_us"] < four["instruction_floor_us"]
+
+
+@pytest.mark.parametrize("name,m,kind,tile", [
+    ("gate_up", 16, "int8", dict(block_n=32, block_k=64, num_warps=2, num_stages=6, fast_i8=False)),  # mma.sync
+    ("gate_up", 16, "bf16", dict(block_n=64, block_k=64, num_warps=4, num_stages=8)),  # wgmma
+    ("qkv", 1, "int8", dict(block_n=32, block_k=512, num_warps=4, num_stages=4)),  # the GEMV on int32 words
+    ("down", 1, "bf16", dict(block_n=16, block_k=256, num_warps=4, num_stages=4)),  # the GEMV
+])
+def test_prefetch_ahead_asks_l2_inside_the_main_loop(name, m, kind, tile):
+    """`prefetch_ahead` puts L2 prefetches (CCTL.E.PF2) in the K loop of every path, and only there."""
+    table = gemm_variants(name, m, kind, [GemmConfig(**tile, prefetch_ahead=a) for a in (0, 8)])
+    in_loop = {json.loads(r["config"])["prefetch_ahead"]: r["loop_CCTL"] for _, r in table.iterrows()}
+    assert in_loop[0] == 0 and in_loop[8] >= 1
+    assert (table["local_bytes"] == 0).all()

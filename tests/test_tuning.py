@@ -77,3 +77,17 @@ def test_prefetch_applies_to_configs_that_set_none_and_rejects_negatives():
     finally:
         gemm_configs.set_prefetch_k(0)
     assert gemm_configs.get_config(6144, 2560, 16, "bf16") == tuned
+
+
+def test_prefetch_ahead_applies_to_configs_that_set_none_and_rejects_negatives():
+    from tileinfer.ops import gemm_configs
+    tuned = gemm_configs.get_config(6144, 2560, 1, "int8")
+    assert tuned.prefetch_ahead == 0
+    try:
+        gemm_configs.set_prefetch_ahead(8)
+        assert gemm_configs.get_config(6144, 2560, 1, "int8") == dataclasses.replace(tuned, prefetch_ahead=8)
+        with pytest.raises(ValueError, match="prefetch-ahead blocks"):
+            gemm_configs.set_prefetch_ahead(-1)
+    finally:
+        gemm_configs.set_prefetch_ahead(0)
+    assert gemm_configs.get_config(6144, 2560, 1, "int8") == tuned

@@ -117,7 +117,8 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
 
 def gemm_variants(name: str, m: int, kind: str, configs, preset: str = "qwen3-4b", **kw) -> pd.DataFrame:
     """Launch configs (GemmConfig objects) of one skinny GEMM compared without timing them: each one's
-    main-loop SASS, conversion opcodes, instruction floor and binding pipe, registers and blocks per SM."""
+    main-loop SASS, conversion opcodes and L2 prefetches, instruction floor and binding pipe, registers and
+    blocks per SM."""
     site = next(c for c in cases(preset) if c.op == f"linear {name}" and c.m == m and c.kind == kind)
     chosen = [Case(site.op, site.shape, m, kind, json.dumps(c.as_dict())) for c in configs]
     table, opcodes = compile_cases(preset, chosen=chosen, **kw)
@@ -125,7 +126,7 @@ def gemm_variants(name: str, m: int, kind: str, configs, preset: str = "qwen3-4b
     loops = opcodes[mains].pivot_table(
         index="config", columns="opcode", values="count", aggfunc="sum", fill_value=0)
     main = table[table["kernel"] == "_skinny_gemm_kernel"].set_index("config")
-    for opcode in ("PRMT", "LOP3", "HADD2", "I2F", "HMMA", "HGMMA"):
+    for opcode in ("PRMT", "LOP3", "HADD2", "I2F", "HMMA", "HGMMA", "CCTL"):  # CCTL.E.PF2: an L2 prefetch
         main[f"loop_{opcode}"] = loops[opcode] if opcode in loops else 0
     return main.reset_index().sort_values("instruction_floor_us")
 

@@ -18,6 +18,7 @@ from tileinfer.ops.tuning import gpu_configs
 M_BUCKETS = (1, 4, 16)
 NUM_SMS_GUESS = 132  # H200; only used by the heuristic when no device is visible
 _prefetch_k = int(os.environ.get("TILEINFER_PREFETCH_K", "0"))
+_prefetch_ahead = int(os.environ.get("TILEINFER_PREFETCH_AHEAD", "0"))
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class GemmConfig:
     fast_i8: bool = True  # int8 -> float by integer ops instead of cvt (skinny_gemm._int8_to_f32)
     prefetch_k: int = 0   # leading K blocks of each program's weights asked of L2 before PDL's wait
     k_warps: int = 1      # warps that share a tile's rows, each on a slice of every K-block (tl.dot only)
+    prefetch_ahead: int = 0  # K-blocks ahead of its loop each iteration asks L2 for (HBM in flight beyond the stages)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -46,6 +48,19 @@ def set_prefetch_k(blocks: int) -> None:
 
 def prefetch_k() -> int:
     return _prefetch_k
+
+
+def set_prefetch_ahead(blocks: int) -> None:
+    """In-loop L2 prefetch `blocks` weight K-blocks ahead for every config that sets none (0: as tuned);
+    engines loaded from now on capture their graphs with it. TILEINFER_PREFETCH_AHEAD sets it too."""
+    global _prefetch_ahead
+    if blocks < 0:
+        raise ValueError(f"prefetch-ahead blocks must be >= 0, got {blocks}")
+    _prefetch_ahead = blocks
+
+
+def prefetch_ahead() -> int:
+    return _prefetch_ahead
 
 
 def m_bucket(m: int) -> int:
@@ -83,7 +98,11 @@ def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = 
     else:
         name, num_sms = "cpu", NUM_SMS_GUESS
     cfg = _lookup(name, num_sms, n, k, m_bucket(m), kind, argmax)
-    return replace(cfg, prefetch_k=_prefetch_k) if _prefetch_k and not cfg.prefetch_k else cfg
+    if _prefetch_k and not cfg.prefetch_k:
+        cfg = replace(cfg, prefetch_k=_prefetch_k)
+    if _prefetch_ahead and not cfg.prefetch_ahead:
+        cfg = replace(cfg, prefetch_ahead=_prefetch_ahead)
+    return cfg
 
 
 @lru_cache(maxsize=4096)

@@ -155,6 +155,18 @@ def _prefetch_l2(w_ptr, w_rows, w_mask, k_start, k_end, BLOCK_K: tl.constexpr, L
 
 
 @triton.jit
+def _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K: tl.constexpr, LINES: tl.constexpr,
+                    TWO: tl.constexpr, BLOCKS_AHEAD: tl.constexpr):
+    """In the K loop at block k0: ask L2 for the rows' K-block BLOCKS_AHEAD blocks on (not past k_end), so
+    HBM has that many blocks of each program in flight while only the pipeline's stages hold shared memory
+    or registers. Nothing when BLOCKS_AHEAD is 0."""
+    if BLOCKS_AHEAD > 0:
+        _prefetch_l2(w_ptr, w_rows, w_mask, k0 + BLOCKS_AHEAD * BLOCK_K, k_end, BLOCK_K, LINES, 1)
+        if TWO:
+            _prefetch_l2(w_ptr, w_rows2, w_mask, k0 + BLOCKS_AHEAD * BLOCK_K, k_end, BLOCK_K, LINES, 1)
+
+
+@triton.jit
 def _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M: tl.constexpr, PDL: tl.constexpr,
                       EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr):
     """The grid-dependency wait, then what the epilogue takes from the kernel before when read early: the
@@ -177,7 +189,7 @@ def _rows_acc(
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
     NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr, WORDS: tl.constexpr,
-    EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr, K_WARPS: tl.constexpr,
+    EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -193,7 +205,8 @@ def _rows_acc(
     right after the wait, while the first weight tiles are still on their way, not after the K loop.
     EARLY_RES: the fourth is the residual stream's tile at res_ptrs, read there too (else a placeholder).
     K_WARPS (tl.dot): each K-block is cut in K_WARPS slices, one batch of a batched dot each, which puts
-    that many warps on one tile's rows; the slices' sums are added once, after the loop."""
+    that many warps on one tile's rows; the slices' sums are added once, after the loop.
+    PREFETCH_AHEAD: every iteration also asks L2 for the weight K-block that many blocks ahead (`_prefetch_ahead`)."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -204,7 +217,7 @@ def _rows_acc(
     if BLOCK_M == 1 and WORDS:
         return _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
                                sums_ptr, sums_tiles, res_ptrs, res_mask, BLOCK_N, BLOCK_K, TWO, PDL, NORM, EARLY_SUMS,
-                               EARLY_RES)
+                               EARLY_RES, LINES, PREFETCH_AHEAD)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -218,6 +231,7 @@ def _rows_acc(
                                        EARLY_RES)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
+            _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
             w = w_next
             w2 = w2_next
             ahead = offs_k + BLOCK_K
@@ -270,6 +284,7 @@ def _rows_acc(
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
+            _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
             if K_WARPS > 1:
                 k3 = k0 + tl.arange(0, K_WARPS)[:, None] * KS + tl.arange(0, KS)[None, :]  # [K_WARPS, KS]
                 xt = tl.load(x_ptr + offs_m[None, None, :] * stride_xm + k3[:, :, None],
@@ -321,9 +336,11 @@ def _rows_acc(
 @triton.jit
 def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows, sums_ptr,
                     sums_tiles, res_ptrs, res_mask, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr,
-                    PDL: tl.constexpr, NORM: tl.constexpr, EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr):
+                    PDL: tl.constexpr, NORM: tl.constexpr, EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr,
+                    LINES: tl.constexpr, PREFETCH_AHEAD: tl.constexpr):
     """`_rows_acc`'s GEMV for int8 weights read as int32 words (WORDS): same results up to summation order."""
     KW: tl.constexpr = BLOCK_K // 4
+    byte_rows = w_ptr + offs_n[:, None] * stride_wn
     row_words = stride_wn // 4
     w_rows = w_ptr.to(tl.pointer_type(tl.int32)) + offs_n[:, None] * row_words
     w_rows2 = w_rows + up_rows * row_words
@@ -342,6 +359,8 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
     given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL, EARLY_SUMS, EARLY_RES)
     for j0 in range(k_start // 4, j_end, KW):
         offs_j = j0 + tl.arange(0, KW)
+        _prefetch_ahead(w_ptr, byte_rows, byte_rows + up_rows * stride_wn, w_mask, j0 * 4, k_end, BLOCK_K, LINES, TWO,
+                        PREFETCH_AHEAD)
         w = w_next
         w2 = w2_next
         ahead = offs_j + KW
@@ -424,7 +443,7 @@ def _skinny_gemm_kernel(
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
-    WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr,
+    WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -471,7 +490,7 @@ def _skinny_gemm_kernel(
     acc, up, ss, res = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
                                  stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, HAS_SCALE, BLOCK_M,
                                  BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM, PREFETCH,
-                                 LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS)
+                                 LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS, PREFETCH_AHEAD)
     done = True
     if PARTIAL:
         tl.store(part_ptrs, acc, mask=mask)
@@ -695,6 +714,7 @@ def skinny_gemm(
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
             WORDS=words and c.fast_i8, EARLY=early, K_WARPS=_k_warps(c, block_m, block_k),
+            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
