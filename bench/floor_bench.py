@@ -18,8 +18,9 @@ skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait 
 for every GEMM whose tuned config sets none (TILEINFER_PREFETCH_AHEAD);
 `--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
-(TILEINFER_STEP_KV, fused layers only); `--early-kv off,on` without and with the target's attention
-loading each split's first K/V block before that wait (`decode_attention.set_early_kv`); `--early-epilogue off,on`
+(TILEINFER_STEP_KV, fused layers only); `--early-kv off,on,after` without and with the target's attention
+loading each split's first K/V block before that wait (`decode_attention.set_early_kv`), and with every
+attention loading it right after the wait (`set_kv_first`); `--early-epilogue off,on`
 without and with the GEMMs reading their epilogue's inputs from the kernel before (a folded norm's row sums, the
 residual rows) right after that wait, not after their K loop (`skinny_gemm.set_early_epilogue`); `--l2-ahead off,on`
 without and with each decode attention asking L2 for the o projection's weight right after that wait, in bulk
@@ -202,7 +203,9 @@ def main(argv=None):
     parser.add_argument("--step-kv", default="decode",
                         help="off, on, decode (one-token steps, the default) or several, comma-separated: Q/K norms, "
                              "RoPE, KV write in the attention")
-    parser.add_argument("--early-kv", default="off", help="off, on or off,on: first K/V block read before PDL's wait")
+    parser.add_argument("--early-kv", default="off",
+                        help="off, on, after, comma-separated: first K/V block read before PDL's wait (on) or "
+                             "right after it (after)")
     parser.add_argument("--early-epilogue", default="off",
                         help="off, on or off,on: the GEMMs' row sums and residual rows read right after PDL's wait")
     parser.add_argument("--l2-ahead", default="off",
@@ -236,7 +239,7 @@ def main(argv=None):
     for name, given, known in (("--points", args.points, POINTS), ("--weights", args.weights, ("bf16", "int8")),
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on", "decode")),
-                               ("--early-kv", args.early_kv, ("off", "on")), ("--early-epilogue", args.early_epilogue, ("off", "on")),
+                               ("--early-kv", args.early_kv, ("off", "on", "after")), ("--early-epilogue", args.early_epilogue, ("off", "on")),
                                ("--l2-ahead", args.l2_ahead, ("off", "on"))):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
@@ -266,7 +269,7 @@ def main(argv=None):
         gap_table.extend({**key, **gap, **base} for gap in gaps.to_dict("records"))
 
     tic = time.perf_counter()
-    early_before = decode_attention.early_kv_label() == "on"
+    early_before = decode_attention.early_kv_label()
     epilogue_before = skinny_gemm.early_epilogue_label() == "on"
     ahead_before = decode_attention.l2_ahead_label() == "on"
     with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
@@ -282,6 +285,7 @@ def main(argv=None):
                     gemm_configs.set_prefetch_ahead(in_loop)
                     decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                     decode_attention.set_early_kv(early == "on")
+                    decode_attention.set_kv_first(early == "after")
                     skinny_gemm.set_early_epilogue(sums == "on")
                     decode_attention.set_l2_ahead(ahead == "on")
                     with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
@@ -302,19 +306,20 @@ def main(argv=None):
     gemm_configs.set_prefetch_k(0)
     gemm_configs.set_prefetch_ahead(0)
     decode_attention.set_kv_prefetch(True)
-    decode_attention.set_early_kv(early_before)
+    decode_attention.set_early_kv(early_before == "on")
+    decode_attention.set_kv_first(early_before == "after")
     skinny_gemm.set_early_epilogue(epilogue_before)
     decode_attention.set_l2_ahead(ahead_before)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'pfa':>3} {'kv':>3} "
-          f"{'skv':>3} {'ekv':>3} {'esm':>3} {'l2a':>3} {'splits':>6}")
+          f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'splits':>6}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['prefetch_ahead']:3} {r['kv_prefetch']:>3} "
-              f"{r['step_kv']:>3} {r['early_kv']:>3} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['num_splits']:>6}")
+              f"{r['step_kv']:>3} {r['early_kv']:>5} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
     if gap_table:

@@ -68,10 +68,14 @@ def test_decode_any_prefetch_bound(prefetch_rows, device):
     (130, 1, True, 3, 0), (300, 16, True, 2, 0), (64, 16, True, 1, 0), (37, 3, False, 3, 0),
     (200, 16, True, 5, 64),  # exact mode: the block's rows straddle a split boundary
 ])
-def test_decode_early_kv_has_the_same_bits(kv_len, num_q_tokens, causal, num_splits, split_size, device, monkeypatch):
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_decode_early_kv_has_the_same_bits(kv_len, num_q_tokens, causal, num_splits, split_size, where, device,
+                                           monkeypatch):
     """Reading each share's first block before the grid-dependency wait (the step's own rows again after
-    it) changes nothing in the output."""
-    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)  # calls' early_kv count only where it is on
+    it), or right after the wait (`set_kv_first`), changes nothing in the output."""
+    # calls' early_kv count only where it is on
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", where == "before")
+    monkeypatch.setattr(decode_attention_module.KV_FIRST, "on", where == "after")
     q, k, v = make_inputs(kv_len, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
     kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
     kw = dict(causal=causal, num_splits=num_splits, split_size=split_size, block_m=64 if split_size else None)
@@ -110,8 +114,13 @@ def test_decode_in_row_blocks(kv_len, num_q_tokens, causal, num_splits, tokens_p
                      f"{tokens_per_program} tokens a program, tma {tma}")
     early = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
                              tokens_per_program=tokens_per_program, early_kv=True)
-    assert torch.equal(early, decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
-                                               tokens_per_program=tokens_per_program))
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", False)
+    plain = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
+                             tokens_per_program=tokens_per_program)
+    monkeypatch.setattr(decode_attention_module.KV_FIRST, "on", True)
+    first = decode_attention(q, k, v, kv_len_t, causal=causal, num_splits=num_splits,
+                             tokens_per_program=tokens_per_program)
+    assert torch.equal(early, plain) and torch.equal(first, plain)
 
 
 @pytest.mark.parametrize("num_q_tokens,num_splits,tokens_per_program,split_size", [

@@ -64,14 +64,17 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("early_kv", [False, True])
+@pytest.mark.parametrize("early_kv", [False, True, "after"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kv_len,t,num_q_heads,num_kv_heads,head_dim,causal,num_splits", CASES)
 def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv_heads, head_dim, causal,
                                                    num_splits, dtype, early_kv, device, monkeypatch):
-    """With early_kv the step's rows, NaN in the cache until this launch writes them, are read again after
-    the writes: a NaN in the output would show a row read before."""
-    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)  # calls' early_kv count only where it is on
+    """With early_kv (before the wait, or "after": right after it, `set_kv_first`) the step's rows, NaN in the
+    cache until this launch writes them, are read again after the writes: a NaN in the output would show a
+    row read before."""
+    # calls' early_kv count only where it is on
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", early_kv is True)
+    monkeypatch.setattr(decode_attention_module.KV_FIRST, "on", early_kv == "after")
     heads = (num_q_heads, num_kv_heads, head_dim)
     cache, qkv, weights, cos_sin = make_step(kv_len, t, *heads, dtype, device)
     positions = torch.arange(kv_len - t, kv_len, device=device)
@@ -85,12 +88,13 @@ def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv
     assert_close(got, want, atol, rtol, "attention")
 
 
-@pytest.mark.parametrize("early_kv", [False, True])
+@pytest.mark.parametrize("early_kv", [False, True, "after"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_exact_rows_do_not_depend_on_the_step_size(dtype, early_kv, device, monkeypatch):
     """In exact mode a token's K row, and its attention row, have the same bits whether the step holds it
     alone or in a block of 16: the cache it leaves and the output both."""
-    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", True)
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", early_kv is True)
+    monkeypatch.setattr(decode_attention_module.KV_FIRST, "on", early_kv == "after")
     num_q_heads, num_kv_heads, head_dim, max_length = 4, 2, 32, 300
     heads = (num_q_heads, num_kv_heads, head_dim)
     num_splits = 2

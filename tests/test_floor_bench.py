@@ -136,13 +136,14 @@ def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
 def test_early_kv_and_split_counts_measured_each(tmp_path):
     before = decode_attention.early_kv_label()
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--early-kv", "off,on", "--num-splits", "auto,2", "--no-cublas",
+                      "1", "--pdl", "off", "--early-kv", "off,on,after", "--num-splits", "auto,2", "--no-cublas",
                       "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
     (path,) = tmp_path.glob("floor_*.csv")
     table = pd.read_csv(path, dtype={"num_splits": str})
     assert list(zip(table["mode"], table["early_kv"], table["num_splits"])) == [
         ("plain", "off", "auto"), ("dflash", "off", "auto"), ("plain", "off", "2"), ("dflash", "off", "2"),
-        ("plain", "on", "auto"), ("dflash", "on", "auto"), ("plain", "on", "2"), ("dflash", "on", "2")]
+        ("plain", "on", "auto"), ("dflash", "on", "auto"), ("plain", "on", "2"), ("dflash", "on", "2"),
+        ("plain", "after", "auto"), ("dflash", "after", "auto"), ("plain", "after", "2"), ("dflash", "after", "2")]
     assert decode_attention.early_kv_label() == before  # as it was before the run
 
 

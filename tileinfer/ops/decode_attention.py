@@ -29,9 +29,11 @@ bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0.
 the rows before the step's tokens were cached by an earlier step (`early_kv`), each program can instead
 load the first block of its share into registers before the wait; that made Qwen3-4B's steps slower on
 the H200 (plain decode 2.77 → 2.81 ms, DFlash 3.85 → 3.93 ms at 1k, bench/results/floor_early_kv_h200.csv),
-so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`. With `set_l2_ahead` (TILEINFER_L2_AHEAD=1,
-off until measured) the programs ask L2 for the next projection's weight right after the wait, in a few
-bulk requests each, while their own dependent work leaves HBM idle.
+so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`. With `set_kv_first` (TILEINFER_KV_FIRST=1,
+off until measured) every program loads that block right after the wait instead, beside the step's raw
+q/k/v, so the HBM read no longer waits for the step's rows to be normed, rotated and written. With
+`set_l2_ahead` (TILEINFER_L2_AHEAD=1; slower on the H200, bench/results/floor_l2_ahead_h200.csv) the
+programs ask L2 for the next projection's weight right after the wait, in a few bulk requests each.
 """
 
 import os
@@ -59,7 +61,16 @@ _kv_prefetch = os.environ.get("TILEINFER_KV_PREFETCH", "1") != "0"
 _kv_prefetch_rows = None
 # calls that pass `early_kv` read their first K/V block before PDL's wait
 EARLY_KV = Switch("TILEINFER_EARLY_KV")
-set_early_kv, early_kv_label = EARLY_KV.set, EARLY_KV.label
+set_early_kv = EARLY_KV.set
+# every call reads its first K/V block right after PDL's wait, before the step's own rows are written
+KV_FIRST = Switch("TILEINFER_KV_FIRST")
+set_kv_first = KV_FIRST.set
+
+
+def early_kv_label() -> str:
+    """Where the first K/V block is read, for benchmark tables: "on" (before PDL's wait, calls that pass
+    `early_kv`), "after" (right after it, every call) or "off" (after the step's own rows are written)."""
+    return "on" if EARLY_KV.on else "after" if KV_FIRST.on else "off"
 # calls that pass `l2_ahead` ask L2 for those bytes right after PDL's wait; off: on the H200 the attention
 # took the bytes' time and the o_proj after it gained a tenth of it (floor_l2_ahead_h200.csv)
 L2_AHEAD = Switch("TILEINFER_L2_AHEAD")
@@ -220,9 +231,11 @@ def _split_kv_attention_kernel(
     whose share holds a step position p = POSITIONS[t] norm and rotate k[t] (K_W) into row p of the K cache
     and copy v[t] into the V cache before reading their share: no other program reads those rows.
 
-    EARLY: the rows before the step's T tokens were cached by an earlier step, so each program loads the
+    EARLY 1: the rows before the step's T tokens were cached by an earlier step, so each program loads the
     first block of its share before the grid-dependency wait (its HBM read overlaps the kernel before);
     the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes).
+    EARLY 2: the same first-block loads right after the wait, beside the step's raw q/k/v loads, not after
+    NORM_ROPE's writes and barrier: one dependent round trip fewer, nothing read while the kernel before runs.
 
     AHEAD_ON: right after the wait the live programs ask L2 for the ahead_bytes at AHEAD + ahead_offset
     (the weight of the projection after this attention), a share each: while the attention's dependent
@@ -247,8 +260,8 @@ def _split_kv_attention_kernel(
     n_first = start + tl.arange(0, BLOCK_N)
     k_first_ptrs = K + kv_head * stride_kh + n_first[:, None] * stride_kn + offs_d[None, :]
     v_first_ptrs = V + kv_head * stride_vh + n_first[:, None] * stride_vn + offs_d[None, :]
-    if EARLY:
-        settled = (n_first < tl.minimum(end, kv_len - NUM_Q_TOKENS))[:, None]
+    settled = (n_first < tl.minimum(end, kv_len - NUM_Q_TOKENS))[:, None]
+    if EARLY == 1:
         k_first = tl.load(k_first_ptrs, mask=settled, other=0.0)
         v_first = tl.load(v_first_ptrs, mask=settled, other=0.0)
     if PREFETCH_ROWS != 0:
@@ -279,6 +292,9 @@ def _split_kv_attention_kernel(
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
+    if EARLY == 2:
+        k_first = tl.load(k_first_ptrs, mask=settled, other=0.0)
+        v_first = tl.load(v_first_ptrs, mask=settled, other=0.0)
     if AHEAD_ON and kv_len <= ahead_max_kv:
         rank = (kv_head * live_splits + split) * tl.num_programs(2) + tl.program_id(2)
         bulk_prefetch_l2(AHEAD.to(tl.pointer_type(tl.int8)) + ahead_offset, ahead_bytes, rank,
@@ -477,7 +493,9 @@ def decode_attention(
     ``step_kv``, whose cache writes the copy engine would not see without a proxy fence).
     ``early_kv``: the cache rows before the step's tokens were written by an earlier step, not by a kernel
     this step launched, so each program reads the first block of its share before PDL's wait (not with
-    TMA); the step's own rows are read after it. The output's bits are the same either way.
+    TMA); the step's own rows are read after it. With `set_kv_first` every call (not with TMA) reads that
+    block right after the wait instead, before the step's rows are written. The output's bits are the same
+    either way.
     ``tokens_per_program``: query tokens a program takes (row blocks of the grid; default all T, the
     engine's choice is ``attention.SplitPolicy``); all T where ``block_m`` or ``step_kv`` is
     given: exact mode's tile is fixed, and a step's K/V rows are written by the one program that reads them.
@@ -503,7 +521,7 @@ def decode_attention(
     if l2_ahead_max_kv is None:
         l2_ahead_max_kv = tuned.get("l2_ahead_max_kv", 0)
     ahead_max_kv = int(l2_ahead_max_kv) or 2**31 - 1
-    early_kv = bool(early_kv) and EARLY_KV.on and not tma
+    early = 0 if tma else 1 if early_kv and EARLY_KV.on else 2 if KV_FIRST.on else 0
     if tma:
         triton.set_allocator(_descriptor_scratch)
     if num_splits < 1:
@@ -565,13 +583,13 @@ def decode_attention(
             MERGE_UNROLL=merge_unroll(merge_m, head_dim, c.num_warps),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
-            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early_kv,
+            NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early,
             AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
-           cfg, q.device, prefetch_rows, step_kv is not None, tma, early_kv, ahead_bytes > 0)
+           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
