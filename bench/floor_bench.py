@@ -15,7 +15,9 @@ and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, 
 (TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused); `--prefetch-k 0,4` without and with each
 skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K);
 `--prefetch-ahead 0,8` without and with each K-loop iteration also asking L2 for the weight K-block 8 ahead,
-for every GEMM whose tuned config sets none (TILEINFER_PREFETCH_AHEAD);
+for every GEMM whose tuned config sets none (TILEINFER_PREFETCH_AHEAD); `--stream-k 0,1` without and with each
+tl.dot GEMM (the 16-row steps) as stream-K, equal shares of all its K-blocks for one program an SM
+(TILEINFER_STREAM_K);
 `--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
 (TILEINFER_STEP_KV, fused layers only); `--early-kv off,on,after` without and with the target's attention
@@ -108,7 +110,8 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl=pdl_label(device),
-                prefetch_k=gemm_configs.prefetch_k(), prefetch_ahead=gemm_configs.prefetch_ahead(), kv_prefetch=decode_attention.kv_prefetch_label(device),
+                prefetch_k=gemm_configs.prefetch_k(), prefetch_ahead=gemm_configs.prefetch_ahead(),
+                stream_k=gemm_configs.stream_k(), kv_prefetch=decode_attention.kv_prefetch_label(device),
                 early_kv=decode_attention.early_kv_label(), early_epilogue=skinny_gemm.early_epilogue_label(),
                 l2_ahead=decode_attention.l2_ahead_label(),
                 tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
@@ -125,7 +128,8 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
         fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": engine.ops.step_kv_label,
                  "early_kv": decode_attention.early_kv_label(), "early_epilogue": skinny_gemm.early_epilogue_label(),
                  "l2_ahead": decode_attention.l2_ahead_label(), "num_splits": num_splits,
-                 "prefetch_k": gemm_configs.prefetch_k(), "prefetch_ahead": gemm_configs.prefetch_ahead()}
+                 "prefetch_k": gemm_configs.prefetch_k(), "prefetch_ahead": gemm_configs.prefetch_ahead(),
+                 "stream_k": gemm_configs.stream_k()}
         cfg, layers = engine.config, engine.config.num_hidden_layers
         for point in args.points:
             ids = torch.randint(0, cfg.vocab_size, (POINTS[point],), generator=g).tolist()
@@ -159,7 +163,8 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
             counts, _ = launches(engine, ids, 1, None)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **splits)
             record(floor_row(model, "bf16", "plain", point, "-", "cublas", r, floor, layers, counts, engine.device)
-                   | {"fuse_norms": "off", "step_kv": "off", "prefetch_k": 0, "prefetch_ahead": 0, "num_splits": num_splits})
+                   | {"fuse_norms": "off", "step_kv": "off", "prefetch_k": 0, "prefetch_ahead": 0, "stream_k": 0,
+                      "num_splits": num_splits})
         del engine
         gc.collect()
 
@@ -198,6 +203,8 @@ def main(argv=None):
                         help="comma-separated weight K-blocks each GEMM program prefetches into L2 (0: as tuned)")
     parser.add_argument("--prefetch-ahead", default="0",
                         help="comma-separated K-blocks ahead of its loop each GEMM iteration asks L2 for (0: as tuned)")
+    parser.add_argument("--stream-k", default="0",
+                        help="comma-separated stream-K programs per SM of the tl.dot GEMMs (0: as tuned)")
     parser.add_argument("--kv-prefetch", default="on",
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="decode",
@@ -224,11 +231,12 @@ def main(argv=None):
         assert all(v >= 0 for v in args.prefetch_k)
     except (ValueError, AssertionError):
         parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
-    try:
-        args.prefetch_ahead = [int(v) for v in args.prefetch_ahead.split(",")]
-        assert all(v >= 0 for v in args.prefetch_ahead)
-    except (ValueError, AssertionError):
-        parser.error(f"--prefetch-ahead takes non-negative integers, got {args.prefetch_ahead!r}")
+    for name in ("prefetch_ahead", "stream_k"):
+        try:
+            setattr(args, name, [int(v) for v in getattr(args, name).split(",")])
+            assert all(v >= 0 for v in getattr(args, name))
+        except (ValueError, AssertionError):
+            parser.error(f"--{name.replace('_', '-')} takes non-negative integers, got {getattr(args, name)!r}")
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
     (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead,
      args.num_splits) = (s.split(",") for s in (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv,
@@ -276,22 +284,24 @@ def main(argv=None):
         for setting in args.pdl:
             pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
             for model in args.models:
-                for fuse, blocks, in_loop, kv, step_kv, early, sums, ahead, splits in itertools.product(
-                        args.fuse_norms, args.prefetch_k, args.prefetch_ahead, args.kv_prefetch, args.step_kv, args.early_kv,
-                        args.early_epilogue, args.l2_ahead, args.num_splits):
+                for fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, splits in itertools.product(
+                        args.fuse_norms, args.prefetch_k, args.prefetch_ahead, args.stream_k, args.kv_prefetch,
+                        args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead, args.num_splits):
                     if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
                         continue  # unfused layers have no step_kv: measured once, as "off"
                     gemm_configs.set_prefetch_k(blocks)
                     gemm_configs.set_prefetch_ahead(in_loop)
+                    gemm_configs.set_stream_k(streams)
                     decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
                     decode_attention.set_early_kv(early == "on")
                     decode_attention.set_kv_first(early == "after")
                     skinny_gemm.set_early_epilogue(sums == "on")
                     decode_attention.set_l2_ahead(ahead == "on")
                     with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
-                        first = (fuse, blocks, in_loop, kv, step_kv, early, sums, ahead, splits) == (
-                            args.fuse_norms[0], args.prefetch_k[0], args.prefetch_ahead[0], args.kv_prefetch[0],
-                            args.step_kv[0], args.early_kv[0], args.early_epilogue[0], args.l2_ahead[0], args.num_splits[0])
+                        first = (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, splits) == (
+                            args.fuse_norms[0], args.prefetch_k[0], args.prefetch_ahead[0], args.stream_k[0],
+                            args.kv_prefetch[0], args.step_kv[0], args.early_kv[0], args.early_epilogue[0],
+                            args.l2_ahead[0], args.num_splits[0])
                         measure_model(model, args, bandwidth, record, cublas=first,
                                       record_sites=record_sites if args.launches else None, num_splits=splits)
                     # written after each model, so a run cut short keeps what it measured
@@ -300,11 +310,12 @@ def main(argv=None):
                         write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                     if gap_table:
                         write_rows(gap_table, out / f"floor_gaps_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                    print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, ahead {in_loop}, K/V prefetch {kv}, "
+                    print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, ahead {in_loop}, stream-K {streams}, K/V prefetch {kv}, "
                           f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, splits {splits}: done at "
                           f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     gemm_configs.set_prefetch_ahead(0)
+    gemm_configs.set_stream_k(0)
     decode_attention.set_kv_prefetch(True)
     decode_attention.set_early_kv(early_before == "on")
     decode_attention.set_kv_first(early_before == "after")
@@ -313,12 +324,12 @@ def main(argv=None):
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
-          f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'pfa':>3} {'kv':>3} "
+          f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'pfa':>3} {'sk':>2} {'kv':>3} "
           f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'splits':>6}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
-              f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['prefetch_ahead']:3} {r['kv_prefetch']:>3} "
+              f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['prefetch_ahead']:3} {r['stream_k']:2} {r['kv_prefetch']:>3} "
               f"{r['step_kv']:>3} {r['early_kv']:>5} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
@@ -327,7 +338,7 @@ def main(argv=None):
     return rows
 
 
-SWITCHES = ("point", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "step_kv", "early_kv", "early_epilogue",
+SWITCHES = ("point", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "stream_k", "step_kv", "early_kv", "early_epilogue",
             "l2_ahead", "num_splits")
 
 

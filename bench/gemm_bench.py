@@ -16,9 +16,10 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
                                                      # tune only their L2 prefetch settings
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
-Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each winner again with its
-first 2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait, then with each K-loop iteration asking
-L2 for the block 2, 4, 8 or 16 ahead.
+Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each tl.dot winner again as
+stream-K (equal shares of all its K-blocks for 1, 2 or 3 programs an SM), then each winner with its first
+2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait, then with each K-loop iteration asking L2
+for the block 2, 4, 8 or 16 ahead.
 
 A fused gate_up is tuned and timed as the engine runs it: with the SwiGLU epilogue. With `--folds` it also
 times the layer's linears as `TILEINFER_FUSE_NORMS=1` runs them (the RMSNorm folded into qkv and gate_up,
@@ -90,7 +91,8 @@ GRID = {
                        (16, 256, 4, 6), (16, 512, 4, 3), (16, 512, 8, 4), (32, 256, 8, 4)],
     ("gemv", "int8"): [(8, 1024, 4, 4), (16, 512, 4, 4), (16, 1024, 4, 3), (16, 1024, 8, 4), (32, 512, 4, 4),
                        (32, 512, 8, 4), (64, 256, 4, 4), (8, 1024, 4, 4, False), (32, 512, 8, 4, False)],
-    ("dot", "bf16"): [(32, 128, 4, 6), (32, 256, 4, 4), (64, 64, 4, 8), (64, 128, 4, 4), (64, 128, 4, 6),
+    ("dot", "bf16"): [(32, 128, 4, 6), (32, 256, 4, 4), (64, 64, 4, 8), (64, 64, 4, 4), (64, 64, 4, 6),
+                      (64, 128, 4, 4), (64, 128, 4, 6),
                       (64, 128, 8, 6), (64, 256, 4, 3), (128, 128, 4, 4), (128, 64, 4, 6),
                       (32, 128, 4, 4, True, 4), (32, 256, 8, 3, True, 8), (16, 256, 4, 4, True, 4),
                       (64, 128, 4, 4, True, 4)],
@@ -113,6 +115,7 @@ GRID = {
 # the warps per SM (`gemm_variants`, sm_90). On the H200 4x the warps bought 3 % (gate_up 22.9 -> 22.3 µs,
 # bench/results/gemm_tune_int8_k_warps_h200.csv): latency is not what binds it. BF16 tries them too: its
 # wgmma winner for the 4B gate_up holds 145 KB, one block per SM for 152 programs (1.15 waves).
+# (64, 64, 4, 4-6) hold 74-110 KB: two blocks per SM, all 152 of the 4B gate_up's programs resident at once.
 # Splits of 3 and 6 fill a wave where powers of two cannot: Qwen3-4B's o_proj has 40 tiles of 64 rows,
 # × 3 = 120 programs on 132 SMs (× 4 = 160 is 1.2 waves); it read 2.3 TB/s at M = 16 against 3.2 for qkv.
 SPLITS = (1, 2, 3, 4, 6, 8, 16)
@@ -260,6 +263,10 @@ def candidates(path: str, kind: str, n: int, k: int, num_sms: int, extra=()):
                              fast_i8=fast, k_warps=k_warps)
 
 
+# Tried on each tl.dot winner first: its tile with equal shares of all K-blocks for 1-3 programs an SM
+# (`GemmConfig.stream_k`), where whole tiles leave SMs a wave's remainder (the 4B gate_up's 152 BF16 programs
+# of one block an SM; its 304 INT8 programs, 3 on 40 SMs and 2 on the rest).
+STREAMS = (1, 2, 3)
 PREFETCHES = (2, 4, 8)  # tried on each winner: weight K-blocks asked of L2 before PDL's wait
 # Then on the winner of those: each K-loop iteration also asking L2 for the block this many ahead. At M = 16
 # a program's bytes in flight are its pipeline's stages, which shared memory bounds (the INT8 gate_up's 2-3
@@ -344,10 +351,12 @@ def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device
             best = (us, cfg)
     if best is None:
         return None
-    for field, values in (("prefetch_k", PREFETCHES), ("prefetch_ahead", AHEADS)) if device == "cuda" else ():
-        start = best[1]
-        for blocks in values:
-            cfg = dataclasses.replace(start, **{field: blocks})
+    sweeps = (("stream_k", STREAMS if path == "dot" and not argmax else ()), ("prefetch_k", PREFETCHES),
+              ("prefetch_ahead", AHEADS))
+    for field, values in sweeps if device == "cuda" else ():
+        start = best[1] if field != "stream_k" else dataclasses.replace(best[1], split_k=1)
+        for value in values:
+            cfg = dataclasses.replace(start, **{field: value})
             us = trial(cfg)
             if us is not None and us < best[0]:
                 best = (us, cfg)

@@ -158,9 +158,19 @@ def test_embedded_pair_dflash_equals_greedy(weights):
     assert_dflash_equals_greedy(engine, cases, f"embedded pair {weights} on {engine.device}")
 
 
-@pytest.mark.parametrize("weights", ["bf16", "int8"])
-def test_triton_kernels_dflash_equals_greedy(tmp_path, weights):
-    """The Triton kernels (interpreted on a CPU) on a tiny pair in BF16 and INT8."""
+@pytest.mark.parametrize("weights,stream_k", [("bf16", 0), ("int8", 0), ("bf16", 2)])
+def test_triton_kernels_dflash_equals_greedy(tmp_path, weights, stream_k, monkeypatch):
+    """The Triton kernels (interpreted on a CPU) on a tiny pair in BF16 and INT8, and with the 16-row GEMMs as
+    stream-K on 3 SMs, in tiles small enough that programs share them."""
+    import dataclasses
+
+    from tileinfer.ops import skinny_gemm
+
+    if stream_k:
+        config = skinny_gemm.get_config
+        monkeypatch.setattr(skinny_gemm, "_num_sms", lambda device: 3)
+        monkeypatch.setattr(skinny_gemm, "get_config", lambda *a, **kw: dataclasses.replace(
+            config(*a, **kw), block_n=16, block_k=32, split_k=1, stream_k=stream_k))
     target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
     engine = tileinfer.load(target, draft=draft, weights=weights, backend="triton")
     cases = list(fuzz_cases(21, 2 if engine.device.type == "cpu" else 40, 150, 24, 14, 16))
@@ -197,10 +207,15 @@ def test_row_blocks_reach_the_steps_attention(tmp_path, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stream_k", [0, 1])
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
 @pytest.mark.parametrize("n,k", [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (151936, 2560)])
-def test_linear_rows_qwen3_shapes(weights, n, k):
-    """Qwen3-4B's fused linears and LM head with their tuned configs (split-K on the narrow ones)."""
+def test_linear_rows_qwen3_shapes(weights, n, k, stream_k, monkeypatch):
+    """Qwen3-4B's fused linears and LM head with their tuned configs (split-K on the narrow ones), and with
+    stream-K shares for one program an SM."""
+    from tileinfer.ops import gemm_configs
+
+    monkeypatch.setitem(gemm_configs._given, "stream_k", stream_k)
     g = torch.Generator(device="cuda").manual_seed(n + k)
     lin = Linear(weight=(torch.randn(n, k, generator=g, device="cuda") * 0.02).bfloat16())
     if weights == "int8":

@@ -92,6 +92,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
     (["--points", "tiny", "--early-epilogue", "late"], "--early-epilogue: unknown late"),
     (["--points", "tiny", "--num-splits", "auto,0"], "--num-splits takes auto or counts >= 1, got 0"),
     (["--points", "tiny", "--prefetch-ahead", "0,-2"], "--prefetch-ahead takes non-negative integers"),
+    (["--points", "tiny", "--stream-k", "one"], "--stream-k takes non-negative integers"),
 ])
 def test_unknown_value_is_named(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
@@ -147,17 +148,18 @@ def test_early_kv_and_split_counts_measured_each(tmp_path):
     assert decode_attention.early_kv_label() == before  # as it was before the run
 
 
-def test_prefetch_ahead_measured_each(tmp_path):
-    """`--prefetch-ahead 0,4`: every GEMM as tuned, then asking L2 for the K-block 4 ahead in its loop; each row
-    labelled, and the setting back to 0 after the run."""
+def test_prefetch_ahead_and_stream_k_measured_each(tmp_path):
+    """`--prefetch-ahead 0,4`: every GEMM as tuned, then asking L2 for the K-block 4 ahead in its loop;
+    `--stream-k 0,1`: the tl.dot GEMMs per tile, then as stream-K; each row labelled, both settings back to 0
+    after the run."""
     floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--prefetch-ahead", "0,4", "--no-cublas", "--bandwidth-gbs", "50",
-                      "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
+                      "1", "--pdl", "off", "--prefetch-ahead", "0,4", "--stream-k", "0,1", "--no-cublas",
+                      "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
     (path,) = tmp_path.glob("floor_*.csv")
     table = pd.read_csv(path)
-    assert list(zip(table["mode"], table["prefetch_ahead"])) == [("plain", 0), ("dflash", 0), ("plain", 4),
-                                                                 ("dflash", 4)]
-    assert gemm_configs.prefetch_ahead() == 0
+    assert list(zip(table["mode"], table["prefetch_ahead"], table["stream_k"])) == [
+        (mode, ahead, streams) for ahead in (0, 4) for streams in (0, 1) for mode in ("plain", "dflash")]
+    assert gemm_configs.prefetch_ahead() == 0 and gemm_configs.stream_k() == 0
 
 
 def test_early_epilogue_and_l2_ahead_measured_each(tmp_path, monkeypatch):

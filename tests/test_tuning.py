@@ -91,3 +91,16 @@ def test_prefetch_ahead_applies_to_configs_that_set_none_and_rejects_negatives()
     finally:
         gemm_configs.set_prefetch_ahead(0)
     assert gemm_configs.get_config(6144, 2560, 1, "int8") == tuned
+
+
+def test_stream_k_applies_to_configs_that_set_none():
+    from tileinfer.ops import gemm_configs
+    tuned = gemm_configs.get_config(19456, 2560, 16, "bf16")
+    try:
+        gemm_configs.set_stream_k(2)
+        assert gemm_configs.get_config(19456, 2560, 16, "bf16") == dataclasses.replace(tuned, stream_k=2)
+        with pytest.raises(ValueError, match="stream-K programs per SM"):
+            gemm_configs.set_stream_k(-1)
+    finally:
+        gemm_configs.set_stream_k(0)
+    assert gemm_configs.get_config(19456, 2560, 16, "bf16") == tuned

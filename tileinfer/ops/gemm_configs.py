@@ -17,9 +17,10 @@ from tileinfer.ops.tuning import gpu_configs
 
 M_BUCKETS = (1, 4, 16)
 NUM_SMS_GUESS = 132  # H200; only used by the heuristic when no device is visible
-_prefetch_k = int(os.environ.get("TILEINFER_PREFETCH_K", "0"))
-_prefetch_ahead = int(os.environ.get("TILEINFER_PREFETCH_AHEAD", "0"))
-
+# Fields every config that sets none takes from these (0: as tuned), for engines loaded from now on: the A/B
+# knobs of a benchmark, from TILEINFER_<FIELD> or `set_prefetch_k` / `set_prefetch_ahead` / `set_stream_k`.
+_given = {field: int(os.environ.get(f"TILEINFER_{field.upper()}", "0"))
+          for field in ("prefetch_k", "prefetch_ahead", "stream_k")}
 
 @dataclass(frozen=True)
 class GemmConfig:
@@ -32,35 +33,47 @@ class GemmConfig:
     prefetch_k: int = 0   # leading K blocks of each program's weights asked of L2 before PDL's wait
     k_warps: int = 1      # warps that share a tile's rows, each on a slice of every K-block (tl.dot only)
     prefetch_ahead: int = 0  # K-blocks ahead of its loop each iteration asks L2 for (HBM in flight beyond the stages)
+    stream_k: int = 0     # programs per SM taking equal shares of all tiles' K-blocks (0: a program per tile and split;
+                          # tl.dot only)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+def _give(field: str, value: int, what: str) -> None:
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    _given[field] = value
+
+
 def set_prefetch_k(blocks: int) -> None:
     """L2 prefetch of each program's first `blocks` weight K-blocks for every config that sets none
     (0: as tuned); engines loaded from now on capture their graphs with it. TILEINFER_PREFETCH_K sets it too."""
-    global _prefetch_k
-    if blocks < 0:
-        raise ValueError(f"prefetch blocks must be >= 0, got {blocks}")
-    _prefetch_k = blocks
+    _give("prefetch_k", blocks, "prefetch blocks")
 
 
 def prefetch_k() -> int:
-    return _prefetch_k
+    return _given["prefetch_k"]
 
 
 def set_prefetch_ahead(blocks: int) -> None:
     """In-loop L2 prefetch `blocks` weight K-blocks ahead for every config that sets none (0: as tuned);
     engines loaded from now on capture their graphs with it. TILEINFER_PREFETCH_AHEAD sets it too."""
-    global _prefetch_ahead
-    if blocks < 0:
-        raise ValueError(f"prefetch-ahead blocks must be >= 0, got {blocks}")
-    _prefetch_ahead = blocks
+    _give("prefetch_ahead", blocks, "prefetch-ahead blocks")
 
 
 def prefetch_ahead() -> int:
-    return _prefetch_ahead
+    return _given["prefetch_ahead"]
+
+
+def set_stream_k(per_sm: int) -> None:
+    """Stream-K shares for `per_sm` programs an SM in every tl.dot config that sets none (0: as tuned);
+    engines loaded from now on capture their graphs with it. TILEINFER_STREAM_K sets it too."""
+    _give("stream_k", per_sm, "stream-K programs per SM")
+
+
+def stream_k() -> int:
+    return _given["stream_k"]
 
 
 def m_bucket(m: int) -> int:
@@ -98,11 +111,8 @@ def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = 
     else:
         name, num_sms = "cpu", NUM_SMS_GUESS
     cfg = _lookup(name, num_sms, n, k, m_bucket(m), kind, argmax)
-    if _prefetch_k and not cfg.prefetch_k:
-        cfg = replace(cfg, prefetch_k=_prefetch_k)
-    if _prefetch_ahead and not cfg.prefetch_ahead:
-        cfg = replace(cfg, prefetch_ahead=_prefetch_ahead)
-    return cfg
+    given = {f: v for f, v in _given.items() if v and not getattr(cfg, f)}
+    return replace(cfg, **given) if given else cfg
 
 
 @lru_cache(maxsize=4096)

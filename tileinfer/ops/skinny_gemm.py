@@ -34,6 +34,7 @@ same bits).
 
 from __future__ import annotations
 
+from functools import lru_cache
 
 import torch
 import triton
@@ -44,7 +45,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.argmax_keys import argmax_keys, key_column
 from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.gemm_configs import GemmConfig, get_config
+from tileinfer.ops.gemm_configs import NUM_SMS_GUESS, GemmConfig, _device_info, get_config
 from tileinfer.ops.pdl import launch_options, prefetch_l2
 from tileinfer.ops.switches import Switch
 
@@ -433,17 +434,18 @@ def _rms_scale(ss, inv_k, eps):
 
 # M is never specialized (Triton compiles M = 1 and multiples of 16 apart): exact rows come from one compiled
 # kernel whatever the number of rows.
-@triton.jit(do_not_specialize=["M", "sums_in_tiles"])
+@triton.jit(do_not_specialize=["M", "sums_in_tiles", "units"])
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
     sums_out_ptr,
-    M, N, K, k_per_split, half, inv_k, eps, sums_in_tiles,
+    M, N, K, k_per_split, half, inv_k, eps, sums_in_tiles, tiles, k_blocks, units,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
     WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
+    STREAM_K: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -451,6 +453,13 @@ def _skinny_gemm_kernel(
     last program of an N-tile to arrive sums them in split order and writes y. SWIGLU: W is a fused
     gate_up [2 * half, K]; program n computes gate rows n and up rows half + n and y = silu(gate) * up
     [M, half] (the gate_up never leaves the kernel).
+
+    STREAM_K: the `tiles` x `k_blocks` K-blocks of the whole product ("units", tile-major) are cut in equal
+    shares, one per program along program_id(0): program p takes units [p·units // P, (p+1)·units // P),
+    each tile in it from its first K-block in the share to its last. A tile one program covers whole is
+    finished there; the programs sharing a tile write partials to its slots in program order (slot 0 the
+    first), and the last to arrive sums them in slot order: the same bits whoever comes last. Every program
+    reads the same bytes within one K-block, where whole tiles leave the SMs a wave's remainder to finish.
 
     NORM (1, or 2 for a unit weight already folded into W): x is RMSNorm'ed with weight g on the way in,
     y = rmsnorm(x) @ W.T: the products take x·g (x with 2) and the row's 1/RMS multiplies the sums (with
@@ -468,24 +477,60 @@ def _skinny_gemm_kernel(
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
+    if STREAM_K:
+        p = tl.program_id(0)
+        programs = tl.num_programs(0)
+        u0 = p * units // programs
+        u1 = (p + 1) * units // programs
+        for t in range(u0 // k_blocks, (u1 - 1) // k_blocks + 1):
+            first = ((t * k_blocks + 1) * programs - 1) // units  # the program holding the tile's first unit
+            last = ((t + 1) * k_blocks * programs - 1) // units   # and its last
+            k_start = (tl.maximum(u0, t * k_blocks) - t * k_blocks) * BLOCK_K
+            k_end = tl.minimum((tl.minimum(u1, (t + 1) * k_blocks) - t * k_blocks) * BLOCK_K, K)
+            _tile(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr,
+                  sums_in_ptr, sums_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
+                  t, p - first, last - first + 1, k_start, k_end, stride_xm, stride_wn, stride_ym,
+                  HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, True, NORM, RESIDUAL,
+                  ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD)
+    else:
+        pid_k = tl.program_id(1)
+        k_start = pid_k * k_per_split
+        _tile(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr,
+              sums_in_ptr, sums_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
+              tl.program_id(0), pid_k, tl.num_programs(1), k_start, tl.minimum(k_start + k_per_split, K),
+              stride_xm, stride_wn, stride_ym,
+              HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PARTIAL, NORM, RESIDUAL,
+              ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD)
+
+
+@triton.jit
+def _tile(
+    x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
+    sums_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles, pid_n, slot, slots, k_start, k_end,
+    stride_xm, stride_wn, stride_ym,
+    HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
+    PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
+    WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
+):
+    """N-tile pid_n over K in [k_start, k_end): the products, then, where the tile's K is shared (PARTIAL and
+    `slots` > 1), this share's partial in slot `slot` and the arrival count; the last share to arrive, or a
+    tile computed whole, runs the epilogue."""
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < (half if SWIGLU else N)
-    k_start = pid_k * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, K)
     LOOP_NORM: tl.constexpr = NORM if NORM < 3 else 0
     EARLY_SUMS: tl.constexpr = EARLY and NORM == 3
     EARLY_RES: tl.constexpr = EARLY and RESIDUAL
     if BLOCK_M == 1:
         y_ptrs = y_ptr + offs_n
-        part_ptrs = part_ptr + pid_k * M * N + offs_n
+        part_ptrs = part_ptr + slot * M * N + offs_n
         mask = n_mask
         offs_m = 0
     else:
         offs_m = tl.arange(0, BLOCK_M)
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
-        part_ptrs = part_ptr + pid_k * M * N + offs_m[None, :] * N + offs_n[:, None]
+        part_ptrs = part_ptr + slot * M * N + offs_m[None, :] * N + offs_n[:, None]
         mask = n_mask[:, None] & (offs_m < M)[None, :]
     acc, up, ss, res = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
                                  stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, HAS_SCALE, BLOCK_M,
@@ -493,27 +538,27 @@ def _skinny_gemm_kernel(
                                  LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS, PREFETCH_AHEAD)
     done = True
     if PARTIAL:
-        tl.store(part_ptrs, acc, mask=mask)
-        if SWIGLU:
-            tl.store(part_ptrs + half, up, mask=mask)
-        tiles = tl.num_programs(0)
-        if LOOP_NORM:
-            tl.store(ss_ptr + (pid_k * tiles + pid_n) * BLOCK_M + offs_m, ss)
-        # Every thread's partial stores come before the counter's release; the program that counts last
-        # acquires them all, sums the splits, and leaves the counter at 0 for the next launch or replay.
-        tl.debug_barrier()
-        num_splits = tl.num_programs(1)
-        arrived = tl.atomic_add(counters_ptr + pid_n, 1, sem="acq_rel")
-        done = arrived == num_splits - 1
-        if done:
-            acc = _sum_splits(part_ptr, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
+        done = slots == 1
+        if slots > 1:
+            tl.store(part_ptrs, acc, mask=mask)
             if SWIGLU:
-                up = _sum_splits(part_ptr + half, offs_n, n_mask, M, num_splits, M * N, N, BLOCK_M, BLOCK_N)
+                tl.store(part_ptrs + half, up, mask=mask)
             if LOOP_NORM:
-                ss = tl.load(ss_ptr + pid_n * BLOCK_M + offs_m, cache_modifier=".cg")
-                for s in range(1, num_splits):
-                    ss += tl.load(ss_ptr + (s * tiles + pid_n) * BLOCK_M + offs_m, cache_modifier=".cg")
-            tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
+                tl.store(ss_ptr + (slot * tiles + pid_n) * BLOCK_M + offs_m, ss)
+            # Every thread's partial stores come before the counter's release; the program that counts last
+            # acquires them all, sums the shares, and leaves the counter at 0 for the next launch or replay.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counters_ptr + pid_n, 1, sem="acq_rel")
+            done = arrived == slots - 1
+            if done:
+                acc = _sum_splits(part_ptr, offs_n, n_mask, M, slots, M * N, N, BLOCK_M, BLOCK_N)
+                if SWIGLU:
+                    up = _sum_splits(part_ptr + half, offs_n, n_mask, M, slots, M * N, N, BLOCK_M, BLOCK_N)
+                if LOOP_NORM:
+                    ss = tl.load(ss_ptr + pid_n * BLOCK_M + offs_m, cache_modifier=".cg")
+                    for s in range(1, slots):
+                        ss += tl.load(ss_ptr + (s * tiles + pid_n) * BLOCK_M + offs_m, cache_modifier=".cg")
+                tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
     if done:
         if NORM == 3:
             if not EARLY_SUMS:
@@ -529,7 +574,7 @@ def _skinny_gemm_kernel(
             acc = _silu_mul(acc, up, y_ptr.dtype.element_ty)
         if ARGMAX:
             _argmax_epilogue(acc.to(x_ptr.dtype.element_ty).to(tl.float32), offs_n, n_mask, offs_m, M, y_ptr,
-                             key_ptr, tile_keys_ptr, counters_ptr + tl.num_programs(0), BLOCK_M, ARGMAX_GROUP)
+                             key_ptr, tile_keys_ptr, counters_ptr + tiles, pid_n, tiles, BLOCK_M, ARGMAX_GROUP)
         else:
             out = acc.to(y_ptr.dtype.element_ty)
             if RESIDUAL:
@@ -564,14 +609,12 @@ def _given_sums(sums_ptr, tiles, offs_m, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_keys_ptr, counter_ptr,
+def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_keys_ptr, counter_ptr, pid, tiles,
                      BLOCK_M: tl.constexpr, GROUP: tl.constexpr):
     """Each tile stores its rows' keys; the last tile of each GROUP to arrive folds the group's keys into the
     argmax slots, and the last group writes the ids and resets the slots. Counting in groups keeps the
     arrivals on one counter to GROUP (a vocabulary of 152k rows is ~38k tiles: their atomics on one
     address cost more than the LM head's weights take to stream)."""
-    pid = tl.program_id(0)
-    tiles = tl.num_programs(0)
     if BLOCK_M == 1:
         tl.store(tile_keys_ptr + pid, tl.max(argmax_keys(vals, offs_n, n_mask), axis=0))
     else:
@@ -616,6 +659,24 @@ def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_key
                                        mask=live)
                 tl.store(ids_ptr + offs_m, key_column(final), mask=live)
             tl.atomic_xchg(last_counter, 0, sem="relaxed")
+
+
+@lru_cache(maxsize=1024)
+def stream_k_slots(tiles: int, k_blocks: int, programs: int) -> int:
+    """The most programs that share one tile when `programs` take equal shares of tiles × k_blocks K-blocks
+    (`_skinny_gemm_kernel`'s STREAM_K): the partial slots a tile needs."""
+    units = tiles * k_blocks
+
+    def holder(u):  # the program whose share holds unit u
+        return ((u + 1) * programs - 1) // units
+    return max(holder((t + 1) * k_blocks - 1) - holder(t * k_blocks) + 1 for t in range(tiles))
+
+
+def _num_sms(device: torch.device) -> int:
+    """The SMs stream-K shares the product among (a guess where there is no GPU)."""
+    if device.type != "cuda":
+        return NUM_SMS_GUESS
+    return _device_info(device.index if device.index is not None else torch.cuda.current_device())[1]
 
 
 def _pow2_at_least(v: int, lo: int = 16) -> int:
@@ -690,31 +751,43 @@ def skinny_gemm(
     def launch(c: GemmConfig):
         nonlocal sums_out
         block_k = min(c.block_k, _pow2_at_least(k))
-        k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
-        split_k = triton.cdiv(k, k_per_split)  # never an empty split
-        part = y if split_k == 1 else torch.empty(split_k, m, n, device=x.device, dtype=torch.float32)
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
+        k_blocks = triton.cdiv(k, block_k)
+        # tl.dot tiles only: the argmax epilogue counts a tile per program, and the GEMV (M = 1 configs launch
+        # 2-5 programs an SM already) in the tile loop fails Triton 3.6's layout pass for sm_90
+        stream = bool(c.stream_k) and not argmax and block_m > 1
+        if stream:
+            programs = min(c.stream_k * _num_sms(x.device), tiles * k_blocks)
+            grid, k_per_split = (programs, 1), k
+            slots = stream_k_slots(tiles, k_blocks, programs)
+        else:
+            k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
+            slots = triton.cdiv(k, k_per_split)  # never an empty split
+            grid = (tiles, slots)
+        shared = slots > 1
+        part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32) if shared else y
         groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
         counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value)
-                    if split_k > 1 or argmax else part)
+                    if shared or argmax else part)
         tile_keys = torch.empty(tiles, block_m, device=x.device, dtype=torch.int64) if argmax else part
-        sums = (torch.empty(split_k, tiles, block_m, device=x.device, dtype=torch.float32)
-                if norm_mode in (1, 2) and split_k > 1 else part)
+        sums = (torch.empty(slots, tiles, block_m, device=x.device, dtype=torch.float32)
+                if norm_mode in (1, 2) and shared else part)
         if row_sums:
             sums_out = torch.empty(tiles, MAX_M, device=x.device, dtype=torch.float32)
-        _skinny_gemm_kernel[(tiles, split_k)](
+        _skinny_gemm_kernel[grid](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
             argmax_slots(x.device, MAX_M) if argmax else y, tile_keys,
             norm_sums if norm_sums is not None else part, sums_out if row_sums else part,
             m, n, k, k_per_split, half, 1.0 / k, eps, norm_sums.shape[0] if norm_sums is not None else 0,
+            tiles, k_blocks, tiles * k_blocks,
             x.stride(0), w.stride(0), y.stride(0),
             HAS_SCALE=scale is not None, BLOCK_M=block_m, BLOCK_N=c.block_n, BLOCK_K=block_k,
             DOT_FP32=INTERPRET, DOT_IEEE=x.dtype == torch.float32, FAST_I8=scale is not None and c.fast_i8,
-            SWIGLU=swiglu, PARTIAL=split_k > 1, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
+            SWIGLU=swiglu, PARTIAL=shared, NORM=norm_mode, RESIDUAL=residual is not None, ARGMAX=argmax,
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
             WORDS=words and c.fast_i8, EARLY=early, K_WARPS=_k_warps(c, block_m, block_k),
-            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead,
+            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead, STREAM_K=stream,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 

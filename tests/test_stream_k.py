@@ -1,0 +1,113 @@
+"""The skinny GEMM's stream-K launch (`GemmConfig.stream_k`): equal shares of all tiles' K-blocks, shared tiles
+finished by the last of their programs, against the per-tile launch and the fp64 product."""
+
+import itertools
+
+import pytest
+import torch
+
+from tests.conftest import assert_close
+from tileinfer.ops import skinny_gemm as sg
+from tileinfer.ops.gemm_configs import GemmConfig
+from tileinfer.ops.linear import Linear, fold_norm_weight, quantize_linear
+
+N, K = 96, 1000  # three tiles of 32 rows (a gate_up: 48 gate + 48 up rows, two tiles); 8 K-blocks of 128, the last partial
+
+
+def shares(tiles, k_blocks, programs):
+    """Brute force: for each tile, the programs whose share of the units holds some of its K-blocks."""
+    units = tiles * k_blocks
+    owner = [next(p for p in range(programs) if p * units // programs <= u < (p + 1) * units // programs)
+             for u in range(units)]
+    return [sorted(set(owner[t * k_blocks:(t + 1) * k_blocks])) for t in range(tiles)]
+
+
+@pytest.mark.parametrize("tiles,k_blocks,programs", [(3, 8, 2), (3, 8, 5), (3, 8, 24), (152, 40, 132),
+                                                     (152, 40, 264), (40, 32, 132), (7, 3, 4), (1, 1, 1)])
+def test_slots_are_the_most_programs_sharing_a_tile(tiles, k_blocks, programs):
+    owners = shares(tiles, k_blocks, programs)
+    assert all(o == list(range(o[0], o[-1] + 1)) for o in owners)  # contiguous: slot = program - first
+    assert sg.stream_k_slots(tiles, k_blocks, programs) == max(len(o) for o in owners)
+
+
+def weights(quantized, gen, device, n=N):
+    lin = Linear(weight=(torch.randn(n, K, generator=gen) * K ** -0.5).to(device, torch.bfloat16))
+    return quantize_linear(lin) if quantized else lin
+
+
+@pytest.mark.parametrize("sms", [2, 5])  # 6 or 15 programs on 24 K-blocks: tiles shared by 2 and by 3-4
+@pytest.mark.parametrize("m", [5, 16])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_stream_k_takes_the_products_of_the_per_tile_launch(device, m, quantized, sms, monkeypatch):
+    """Plain, the RMSNorm on the way in, the SwiGLU and residual epilogues, the row sums a residual leaves and
+    a norm from them, BF16 and INT8 tl.dot tiles, with 3 programs an SM."""
+    monkeypatch.setattr(sg, "_num_sms", lambda device: sms)
+    gen = torch.Generator().manual_seed(3 * m + sms)
+    lin = weights(quantized, gen, device)
+    w = (lin.qweight, lin.scale) if quantized else (lin.weight,)
+    x = torch.randn(m, K, generator=gen).to(device, torch.bfloat16)
+    g = (1 + 0.1 * torch.randn(K, generator=gen)).to(device, torch.bfloat16)
+    res = torch.randn(m, N, generator=gen).to(device, torch.bfloat16)
+    tile = GemmConfig(block_n=32, block_k=128, num_warps=4, num_stages=3)
+    shared = GemmConfig(**{**tile.as_dict(), "stream_k": 3})
+    tol = dict(atol=2e-2, rtol=0)
+    for what, kw in (("plain", {}), ("norm", {"norm": g}), ("swiglu", {"swiglu": True}),
+                     ("swiglu + norm", {"swiglu": True, "norm": g})):
+        y, y0 = (sg.skinny_gemm(x, *w, config=c, **kw) for c in (shared, tile))
+        assert_close(y.double(), y0.double(), atol=tol["atol"] * y0.abs().max().item(), rtol=0, what=what)
+    (y, sums), (y0, sums0) = (sg.skinny_gemm(x, *w, config=c, residual=res.clone(), row_sums=True)
+                              for c in (shared, tile))
+    assert_close(y.double(), y0.double(), atol=1e-2 * y0.abs().max().item(), rtol=0, what="residual")
+    again = sg.skinny_gemm(x, *w, config=shared, residual=res.clone(), row_sums=True)[1]
+    assert torch.equal(sums[:, :m], again[:, :m])  # the rows past M are not written
+    total, total0 = sums[:, :m].sum(0), sums0[:, :m].sum(0)
+    assert_close(total, total0, atol=1e-2 * total0.abs().max().item(), rtol=0, what="row sums")
+    g2 = (1 + 0.1 * torch.randn(N, generator=gen)).to(device, torch.bfloat16)
+    folded = fold_norm_weight(Linear(weight=(torch.randn(64, N, generator=gen) * N ** -0.5).to(device, torch.bfloat16)),
+                              g2)
+    fw = (quantize_linear(folded).qweight, quantize_linear(folded).scale) if quantized else (folded.weight,)
+    small = GemmConfig(block_n=16, block_k=32, num_warps=4, num_stages=3)  # 4 tiles of 3 K-blocks
+    y, y0 = (sg.skinny_gemm(y, *fw, config=c, norm_sums=sums) for c in (GemmConfig(**{**small.as_dict(), "stream_k": 3}),
+                                                                         small))
+    assert_close(y.double(), y0.double(), atol=2e-2 * y0.abs().max().item(), rtol=0, what="norm from sums")
+    want = x.double() @ lin.dequantized(torch.float64).T
+    assert_close(sg.skinny_gemm(x, *w, config=shared).double(), want, atol=1.6e-2 * want.abs().max().item(), rtol=0,
+                 what="against fp64")
+
+
+def test_stream_k_rows_do_not_depend_on_m(device, monkeypatch):
+    """Exact mode: a row computed alone has the bits it has among 16 (the shares depend on N, K and the
+    config only), so greedy DFlash still returns greedy decoding's tokens with a stream-K config."""
+    monkeypatch.setattr(sg, "_num_sms", lambda device: 5)
+    gen = torch.Generator().manual_seed(9)
+    lin = weights(False, gen, device)
+    x = torch.randn(16, K, generator=gen).to(device, torch.bfloat16)
+    cfg = GemmConfig(block_n=32, block_k=128, stream_k=2)
+    for kw in ({}, {"swiglu": True}):
+        rows = sg.skinny_gemm(x, lin.weight, config=cfg, exact=True, **kw)
+        for m in (1, 7):
+            assert torch.equal(sg.skinny_gemm(x[:m], lin.weight, config=cfg, exact=True, **kw), rows[:m])
+
+
+def test_stream_k_leaves_the_gemv_and_the_argmax_head_per_tile(device, monkeypatch):
+    """The LM head's argmax epilogue counts a tile per program, and the GEMV (M = 1 outside exact mode) has
+    programs enough: a stream-K config launches both per tile, with the same bits."""
+    monkeypatch.setattr(sg, "_num_sms", lambda device: 2)
+    gen = torch.Generator().manual_seed(4)
+    lin = weights(False, gen, device, n=200)
+    x = torch.randn(3, K, generator=gen).to(device, torch.bfloat16)
+    ids = [sg.skinny_gemm(x, lin.weight, argmax=True, config=GemmConfig(block_n=32, block_k=128, stream_k=s))
+           for s in (0, 2)]
+    assert torch.equal(ids[0], ids[1])
+    assert torch.equal(ids[0], sg.skinny_gemm(x, lin.weight).argmax(dim=-1))
+    for quantized in (False, True):
+        q = quantize_linear(lin) if quantized else lin
+        w = (q.qweight, q.scale) if quantized else (q.weight,)
+        ys = [sg.skinny_gemm(x[:1], *w, config=GemmConfig(block_n=32, block_k=128, stream_k=s)) for s in (0, 2)]
+        assert torch.equal(ys[0], ys[1])
+
+
+def test_every_unit_is_in_one_share():
+    for units, programs in itertools.product((1, 7, 24, 6080), (1, 3, 132, 264)):
+        bounds = [p * units // programs for p in range(programs + 1)]
+        assert bounds[0] == 0 and bounds[-1] == units and bounds == sorted(bounds)
