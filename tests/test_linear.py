@@ -10,7 +10,8 @@ from tileinfer.errors import CheckpointError
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
 from tileinfer.ops.linear import (DEQUANT_MIN_M, Linear, embedding, linear, linear_ref, linear_swiglu,
                                   quantize_linear)
-from tileinfer.ops.skinny_gemm import _weight_to, skinny_gemm, skinny_gemm_ref
+from tileinfer.ops.skinny_gemm import skinny_gemm, skinny_gemm_ref
+from tileinfer.ops.skinny_rows import _weight_to
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
 from tileinfer.ops.w8a16_gemm import w8a16_gemm, w8a16_gemm_ref, w8a16_gemm_tiled
 

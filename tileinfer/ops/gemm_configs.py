@@ -29,7 +29,7 @@ class GemmConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
-    fast_i8: bool = True  # int8 -> float by integer ops instead of cvt (skinny_gemm._int8_to_f32)
+    fast_i8: bool = True  # int8 -> float by integer ops instead of cvt (skinny_rows._int8_to_f32)
     prefetch_k: int = 0   # leading K blocks of each program's weights asked of L2 before PDL's wait
     k_warps: int = 1      # warps that share a tile's rows, each on a slice of every K-block (tl.dot only)
     prefetch_ahead: int = 0  # K-blocks ahead of its loop each iteration asks L2 for (HBM in flight beyond the stages)

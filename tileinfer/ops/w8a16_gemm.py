@@ -17,7 +17,8 @@ import triton.language as tl
 
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.skinny_gemm import MAX_M, _weight_to, skinny_gemm
+from tileinfer.ops.skinny_gemm import MAX_M, skinny_gemm
+from tileinfer.ops.skinny_rows import _weight_to
 from tileinfer.ops.tuning import section
 
 
