@@ -15,8 +15,8 @@ and without Programmatic Dependent Launch (tileinfer.ops.pdl; `pdl` says which, 
 (TILEINFER_FUSE_NORMS; the cuBLAS baseline runs once, unfused); `--prefetch-k 0,4` without and with each
 skinny GEMM program asking L2 for its first 4 weight K-blocks before PDL's wait (TILEINFER_PREFETCH_K);
 `--prefetch-ahead 0,8` without and with each K-loop iteration also asking L2 for the weight K-block 8 ahead,
-for every GEMM whose tuned config sets none (TILEINFER_PREFETCH_AHEAD); `--stream-k 0,1` without and with each
-tl.dot GEMM (the 16-row steps) as stream-K, equal shares of all its K-blocks for one program an SM
+for every GEMM whose tuned config sets none (TILEINFER_PREFETCH_AHEAD); `--stream-k 0,1` without and with every
+skinny GEMM but the argmax LM head as stream-K, equal shares of all its K-blocks for one program an SM
 (TILEINFER_STREAM_K);
 `--kv-prefetch off,on` without and with each attention split asking L2 for its K/V before that wait;
 `--step-kv off,on` without and with the Q/K norms, RoPE and KV write inside the attention's launch
@@ -204,7 +204,7 @@ def main(argv=None):
     parser.add_argument("--prefetch-ahead", default="0",
                         help="comma-separated K-blocks ahead of its loop each GEMM iteration asks L2 for (0: as tuned)")
     parser.add_argument("--stream-k", default="0",
-                        help="comma-separated stream-K programs per SM of the tl.dot GEMMs (0: as tuned)")
+                        help="comma-separated stream-K programs per SM of the skinny GEMMs (0: as tuned)")
     parser.add_argument("--kv-prefetch", default="on",
                         help="off, on, or positions of each share (-1 all), comma-separated: attention K/V asked of L2 before PDL's wait")
     parser.add_argument("--step-kv", default="decode",

@@ -16,7 +16,7 @@ them; effective TB/s = weight bytes read / time. Every variant is checked agains
                                                      # tune only their L2 prefetch settings
     python3 bench/gemm_bench.py --smoke              # CPU: tiny shapes through the interpreter, no graphs
 
-Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each tl.dot winner again as
+Tuning writes every candidate's time to DIR/gemm_tune_trials.csv, and tries each winner again as
 stream-K (equal shares of all its K-blocks for 1, 2 or 3 programs an SM), then each winner with its first
 2, 4 and 8 weight K-blocks prefetched into L2 before PDL's wait, then with each K-loop iteration asking L2
 for the block 2, 4, 8 or 16 ahead.
@@ -263,9 +263,10 @@ def candidates(path: str, kind: str, n: int, k: int, num_sms: int, extra=()):
                              fast_i8=fast, k_warps=k_warps)
 
 
-# Tried on each tl.dot winner first: its tile with equal shares of all K-blocks for 1-3 programs an SM
-# (`GemmConfig.stream_k`), where whole tiles leave SMs a wave's remainder (the 4B gate_up's 152 BF16 programs
-# of one block an SM; its 304 INT8 programs, 3 on 40 SMs and 2 on the rest).
+# Tried on each winner first: its tile with equal shares of all K-blocks for 1-3 programs an SM
+# (`GemmConfig.stream_k`), where whole tiles leave SMs a wave's remainder (at M = 16 the 4B gate_up's 152
+# BF16 programs of one block an SM, its 304 INT8 programs 3 on 40 SMs and 2 on the rest; at M = 1 the INT8
+# qkv's 192 programs, 2 on 60 SMs and 1 on the rest).
 STREAMS = (1, 2, 3)
 PREFETCHES = (2, 4, 8)  # tried on each winner: weight K-blocks asked of L2 before PDL's wait
 # Then on the winner of those: each K-loop iteration also asking L2 for the block this many ahead. At M = 16
@@ -351,7 +352,7 @@ def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device
             best = (us, cfg)
     if best is None:
         return None
-    sweeps = (("stream_k", STREAMS if path == "dot" and not argmax else ()), ("prefetch_k", PREFETCHES),
+    sweeps = (("stream_k", () if argmax else STREAMS), ("prefetch_k", PREFETCHES),
               ("prefetch_ahead", AHEADS))
     for field, values in sweeps if device == "cuda" else ():
         start = best[1] if field != "stream_k" else dataclasses.replace(best[1], split_k=1)

@@ -33,8 +33,7 @@ class GemmConfig:
     prefetch_k: int = 0   # leading K blocks of each program's weights asked of L2 before PDL's wait
     k_warps: int = 1      # warps that share a tile's rows, each on a slice of every K-block (tl.dot only)
     prefetch_ahead: int = 0  # K-blocks ahead of its loop each iteration asks L2 for (HBM in flight beyond the stages)
-    stream_k: int = 0     # programs per SM taking equal shares of all tiles' K-blocks (0: a program per tile and split;
-                          # tl.dot only)
+    stream_k: int = 0     # programs per SM taking equal shares of all tiles' K-blocks (0: a program per tile and split)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -67,7 +66,7 @@ def prefetch_ahead() -> int:
 
 
 def set_stream_k(per_sm: int) -> None:
-    """Stream-K shares for `per_sm` programs an SM in every tl.dot config that sets none (0: as tuned);
+    """Stream-K shares for `per_sm` programs an SM in every config that sets none (0: as tuned);
     engines loaded from now on capture their graphs with it. TILEINFER_STREAM_K sets it too."""
     _give("stream_k", per_sm, "stream-K programs per SM")
 

@@ -227,15 +227,15 @@ def _tile(
             tl.debug_barrier()
             arrived = tl.atomic_add(counters_ptr + pid_n, 1, sem="acq_rel")
             done = arrived == slots - 1
-            if done:
-                acc = _sum_splits(part_ptr, offs_n, n_mask, M, slots, M * N, N, BLOCK_M, BLOCK_N)
-                if SWIGLU:
-                    up = _sum_splits(part_ptr + half, offs_n, n_mask, M, slots, M * N, N, BLOCK_M, BLOCK_N)
-                if LOOP_NORM:
-                    ss = tl.load(ss_ptr + pid_n * BLOCK_M + offs_m, cache_modifier=".cg")
-                    for s in range(1, slots):
-                        ss += tl.load(ss_ptr + (s * tiles + pid_n) * BLOCK_M + offs_m, cache_modifier=".cg")
-                tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
+        if (slots > 1) & done:
+            acc = _sum_splits(part_ptr, offs_n, n_mask, M, slots, M * N, N, BLOCK_M, BLOCK_N)
+            if SWIGLU:
+                up = _sum_splits(part_ptr + half, offs_n, n_mask, M, slots, M * N, N, BLOCK_M, BLOCK_N)
+            if LOOP_NORM:
+                ss = tl.load(ss_ptr + pid_n * BLOCK_M + offs_m, cache_modifier=".cg")
+                for s in range(1, slots):
+                    ss += tl.load(ss_ptr + (s * tiles + pid_n) * BLOCK_M + offs_m, cache_modifier=".cg")
+            tl.atomic_xchg(counters_ptr + pid_n, 0, sem="relaxed")
     if done:
         if NORM == 3:
             if not EARLY_SUMS:
@@ -412,9 +412,7 @@ def skinny_gemm(
         block_k = min(c.block_k, _pow2_at_least(k))
         tiles = triton.cdiv(half if swiglu else n, c.block_n)
         k_blocks = triton.cdiv(k, block_k)
-        # tl.dot tiles only: the argmax epilogue counts a tile per program, and the GEMV (M = 1 configs launch
-        # 2-5 programs an SM already) in the tile loop fails Triton 3.6's layout pass for sm_90
-        stream = bool(c.stream_k) and not argmax and block_m > 1
+        stream = bool(c.stream_k) and not argmax  # the argmax epilogue counts a tile per program
         if stream:
             programs = min(c.stream_k * _num_sms(x.device), tiles * k_blocks)
             grid, k_per_split = (programs, 1), k
