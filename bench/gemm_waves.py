@@ -76,7 +76,9 @@ def measure(linear: str, m: int, kind: str, patch: dict, num_sms: int, bandwidth
             raise AssertionError(f"{linear} {kind} N={n}: rel err {err:.2e} against the fp32 product")
         us = time_us([lambda w=w: skinny_gemm(x, *w, config=cfg, swiglu=swiglu) for w in copies])
         nbytes = n * k * (2 if kind == "bf16" else 1) + (n * 4 if kind == "int8" else 0)
-        programs = math.ceil((n // 2 if swiglu else n) / cfg.block_n) * cfg.split_k
+        tiles = math.ceil((n // 2 if swiglu else n) / cfg.block_n)
+        k_blocks = math.ceil(k / min(cfg.block_k, max(16, 1 << (k - 1).bit_length())))
+        programs = min(cfg.stream_k * num_sms, tiles * k_blocks) if cfg.stream_k else tiles * cfg.split_k
         floor_us = nbytes / (bandwidth_gbs * 1e3) if bandwidth_gbs == bandwidth_gbs else float("nan")
         rows.append(dict(linear=linear, m=m, kind=kind, n=n, k=k, real=n == real_n, programs=programs,
                          programs_per_sm=round(programs / num_sms, 3), most_per_sm=math.ceil(programs / num_sms),

@@ -30,3 +30,10 @@ def test_bad_arguments_are_named(args, message, tmp_path, capsys):
         gemm_waves.main(["--smoke", "--out", str(tmp_path), *args])
     assert message in capsys.readouterr().err
     assert not list(tmp_path.glob("gemm_waves_*.csv"))
+
+
+def test_stream_k_rows_count_its_programs(tmp_path):
+    """With `stream_k` the programs are that many an SM (4 'SMs' here), whatever N, up to one a K-block."""
+    rows = gemm_waves.main(["--smoke", "--out", str(tmp_path), "--kinds", "bf16",
+                            "--config", '{"block_n": 16, "block_k": 32, "stream_k": 2}'])
+    assert all(r["programs"] == min(8, r["n"] // 32 * 2) for r in rows)
