@@ -89,6 +89,13 @@ def _device_info(index: int) -> tuple[str, int]:
     return props.name, props.multi_processor_count
 
 
+def num_sms(device: torch.device) -> int:
+    """The SMs of `device` (NUM_SMS_GUESS where it is not a GPU)."""
+    if device.type != "cuda":
+        return NUM_SMS_GUESS
+    return _device_info(device.index if device.index is not None else torch.cuda.current_device())[1]
+
+
 def heuristic_config(n: int, k: int, m: int, kind: str, num_sms: int = NUM_SMS_GUESS) -> GemmConfig:
     """A reasonable config for a shape nobody tuned: enough programs to cover the SMs twice, split K if N is small."""
     block_n = 16 if m == 1 else 64

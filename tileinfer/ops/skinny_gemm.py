@@ -42,7 +42,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.argmax_keys import argmax_keys, key_column
 from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.gemm_configs import NUM_SMS_GUESS, GemmConfig, _device_info, get_config
+from tileinfer.ops.gemm_configs import GemmConfig, get_config, num_sms
 from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.skinny_rows import MAX_M, SUM_ROWS, _given_sums, _rows_acc
 from tileinfer.ops.switches import Switch
@@ -333,9 +333,7 @@ def stream_k_slots(tiles: int, k_blocks: int, programs: int) -> int:
 
 def _num_sms(device: torch.device) -> int:
     """The SMs stream-K shares the product among (a guess where there is no GPU)."""
-    if device.type != "cuda":
-        return NUM_SMS_GUESS
-    return _device_info(device.index if device.index is not None else torch.cuda.current_device())[1]
+    return num_sms(device)
 
 
 def _pow2_at_least(v: int, lo: int = 16) -> int:
