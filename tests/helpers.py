@@ -20,3 +20,18 @@ def hf_qwen3(path):
     from transformers import Qwen3ForCausalLM
     model = Qwen3ForCausalLM.from_pretrained(str(path), torch_dtype=torch.float32, attn_implementation="eager")
     return model.eval()
+
+
+def gemm_operands(n, k, m, quantized, seed, device):
+    """A skinny GEMM's operands: a Linear [n, k] (INT8 when `quantized`), its weight arguments, x [m, k], a
+    norm weight [k] and a residual [m, n], all BF16 from one seed."""
+    from tileinfer.ops.linear import Linear, quantize_linear
+
+    gen = torch.Generator().manual_seed(seed)
+    lin = Linear(weight=(torch.randn(n, k, generator=gen) * k ** -0.5).to(device, torch.bfloat16))
+    lin = quantize_linear(lin) if quantized else lin
+    weights = (lin.qweight, lin.scale) if quantized else (lin.weight,)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    g = (1 + 0.1 * torch.randn(k, generator=gen)).to(device, torch.bfloat16)
+    res = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
+    return lin, weights, x, g, res

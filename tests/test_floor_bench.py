@@ -134,13 +134,18 @@ def test_the_time_beyond_the_floor_is_told_per_role_most_first(capsys):
                                                 ["qwen3-4b", "bf16", "plain", "l2_ahead", "on,", "o", "1"]]
 
 
+def tiny_rows(tmp_path, *switches):
+    """floor_bench's rows for the tiny preset in BF16, PDL off, no cuBLAS baseline, with `switches` varied."""
+    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
+                      "1", "--pdl", "off", "--no-cublas", "--bandwidth-gbs", "50", "--out", str(tmp_path),
+                      "--root", str(tmp_path / "checkpoints"), *switches])
+    (path,) = tmp_path.glob("floor_*.csv")
+    return pd.read_csv(path, dtype={"num_splits": str})
+
+
 def test_early_kv_and_split_counts_measured_each(tmp_path):
     before = decode_attention.early_kv_label()
-    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--early-kv", "off,on,after", "--num-splits", "auto,2", "--no-cublas",
-                      "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
-    (path,) = tmp_path.glob("floor_*.csv")
-    table = pd.read_csv(path, dtype={"num_splits": str})
+    table = tiny_rows(tmp_path, "--early-kv", "off,on,after", "--num-splits", "auto,2")
     assert list(zip(table["mode"], table["early_kv"], table["num_splits"])) == [
         ("plain", "off", "auto"), ("dflash", "off", "auto"), ("plain", "off", "2"), ("dflash", "off", "2"),
         ("plain", "on", "auto"), ("dflash", "on", "auto"), ("plain", "on", "2"), ("dflash", "on", "2"),
@@ -150,13 +155,9 @@ def test_early_kv_and_split_counts_measured_each(tmp_path):
 
 def test_prefetch_ahead_and_stream_k_measured_each(tmp_path):
     """`--prefetch-ahead 0,4`: every GEMM as tuned, then asking L2 for the K-block 4 ahead in its loop;
-    `--stream-k 0,1`: the tl.dot GEMMs per tile, then as stream-K; each row labelled, both settings back to 0
+    `--stream-k 0,1`: the GEMMs per tile, then as stream-K; each row labelled, both settings back to 0
     after the run."""
-    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--prefetch-ahead", "0,4", "--stream-k", "0,1", "--no-cublas",
-                      "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
-    (path,) = tmp_path.glob("floor_*.csv")
-    table = pd.read_csv(path)
+    table = tiny_rows(tmp_path, "--prefetch-ahead", "0,4", "--stream-k", "0,1")
     assert list(zip(table["mode"], table["prefetch_ahead"], table["stream_k"])) == [
         (mode, ahead, streams) for ahead in (0, 4) for streams in (0, 1) for mode in ("plain", "dflash")]
     assert gemm_configs.prefetch_ahead() == 0 and gemm_configs.stream_k() == 0
@@ -170,11 +171,7 @@ def test_early_epilogue_and_l2_ahead_measured_each(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TILEINFER_EXACT", "0")  # fused layers are for one-token steps outside exact mode
     before = skinny_gemm.early_epilogue_label(), decode_attention.l2_ahead_label()
-    floor_bench.main(["--models", "tiny", "--points", "tiny", "--weights", "bf16", "--new-tokens", "4", "--repeats",
-                      "1", "--pdl", "off", "--early-epilogue", "off,on", "--l2-ahead", "on,off", "--no-cublas",
-                      "--bandwidth-gbs", "50", "--out", str(tmp_path), "--root", str(tmp_path / "checkpoints")])
-    (path,) = tmp_path.glob("floor_*.csv")
-    table = pd.read_csv(path)
+    table = tiny_rows(tmp_path, "--early-epilogue", "off,on", "--l2-ahead", "on,off")
     assert list(zip(table["mode"], table["early_epilogue"], table["l2_ahead"])) == [
         (mode, sums, ahead) for sums in ("off", "on") for ahead in ("on", "off") for mode in ("plain", "dflash")]
     assert (skinny_gemm.early_epilogue_label(), decode_attention.l2_ahead_label()) == before

@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 from tests.conftest import assert_close
+from tests.helpers import gemm_operands
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
 from tileinfer.ops.linear import (DEQUANT_MIN_M, Linear, embedding, linear, linear_ref, linear_swiglu,
@@ -106,14 +107,7 @@ def test_k_warps_slices_take_the_same_products(device, k_warps, m, quantized):
     """A tl.dot config whose warps split each K-block (`k_warps`) against the same config without: plain,
     with a split K, the RMSNorm on the way in, the SwiGLU and the residual epilogues (K = 130: a partial
     last block, and slices of it past K)."""
-    n, k = 96, 130
-    gen = torch.Generator().manual_seed(11 * k_warps + m)
-    lin = Linear(weight=(torch.randn(n, k, generator=gen) * k ** -0.5).to(device, torch.bfloat16))
-    lin = quantize_linear(lin) if quantized else lin
-    weights = (lin.qweight, lin.scale) if quantized else (lin.weight,)
-    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
-    g = (1 + 0.1 * torch.randn(k, generator=gen)).to(device, torch.bfloat16)
-    res = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
+    lin, weights, x, g, res = gemm_operands(96, 130, m, quantized, 11 * k_warps + m, device)
     base = GemmConfig(block_n=32, block_k=64, num_warps=4)
     for split_k in (1, 2):
         one = GemmConfig(**{**base.as_dict(), "split_k": split_k})
@@ -143,14 +137,7 @@ def test_prefetch_ahead_leaves_the_bits_alone(device, m, quantized):
     """L2 prefetches in the K loop (`prefetch_ahead`) change no result: plain, split K, the RMSNorm on the way
     in, the SwiGLU and residual epilogues, the GEMV (int8 on int32 words too) and tl.dot paths; K = 1000 is
     a partial last block, so the blocks ahead run past the end of a split and of K."""
-    n, k = 96, 1000
-    gen = torch.Generator().manual_seed(7 + m)
-    lin = Linear(weight=(torch.randn(n, k, generator=gen) * k ** -0.5).to(device, torch.bfloat16))
-    lin = quantize_linear(lin) if quantized else lin
-    weights = (lin.qweight, lin.scale) if quantized else (lin.weight,)
-    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
-    g = (1 + 0.1 * torch.randn(k, generator=gen)).to(device, torch.bfloat16)
-    res = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
+    lin, weights, x, g, res = gemm_operands(96, 1000, m, quantized, 7 + m, device)
     for split_k in (1, 3):
         base = GemmConfig(block_n=32, block_k=128, split_k=split_k, num_warps=4, num_stages=3)
         ahead = GemmConfig(**{**base.as_dict(), "prefetch_ahead": 2})

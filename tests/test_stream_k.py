@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.conftest import assert_close
+from tests.helpers import gemm_operands
 from tileinfer.ops import skinny_gemm as sg
 from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import Linear, fold_norm_weight, quantize_linear
@@ -30,11 +31,6 @@ def test_slots_are_the_most_programs_sharing_a_tile(tiles, k_blocks, programs):
     assert sg.stream_k_slots(tiles, k_blocks, programs) == max(len(o) for o in owners)
 
 
-def weights(quantized, gen, device, n=N):
-    lin = Linear(weight=(torch.randn(n, K, generator=gen) * K ** -0.5).to(device, torch.bfloat16))
-    return quantize_linear(lin) if quantized else lin
-
-
 @pytest.mark.parametrize("sms", [2, 5])  # 6 or 15 programs on 24 K-blocks: tiles shared by 2 and by 3-4
 @pytest.mark.parametrize("m", [1, 16])
 @pytest.mark.parametrize("quantized", [False, True])
@@ -43,12 +39,8 @@ def test_stream_k_takes_the_products_of_the_per_tile_launch(device, m, quantized
     a norm from them, BF16 and INT8: the GEMV (int8 on int32 words too) and tl.dot paths, with 3 programs an
     SM."""
     monkeypatch.setattr(sg, "_num_sms", lambda device: sms)
-    gen = torch.Generator().manual_seed(3 * m + sms)
-    lin = weights(quantized, gen, device)
-    w = (lin.qweight, lin.scale) if quantized else (lin.weight,)
-    x = torch.randn(m, K, generator=gen).to(device, torch.bfloat16)
-    g = (1 + 0.1 * torch.randn(K, generator=gen)).to(device, torch.bfloat16)
-    res = torch.randn(m, N, generator=gen).to(device, torch.bfloat16)
+    lin, w, x, g, res = gemm_operands(N, K, m, quantized, 3 * m + sms, device)
+    gen = torch.Generator().manual_seed(m)
     tile = GemmConfig(block_n=32, block_k=128, num_warps=4, num_stages=3)
     shared = GemmConfig(**{**tile.as_dict(), "stream_k": 3})
     tol = dict(atol=2e-2, rtol=0)
@@ -80,9 +72,7 @@ def test_stream_k_rows_do_not_depend_on_m(device, monkeypatch):
     """Exact mode: a row computed alone has the bits it has among 16 (the shares depend on N, K and the
     config only), so greedy DFlash still returns greedy decoding's tokens with a stream-K config."""
     monkeypatch.setattr(sg, "_num_sms", lambda device: 5)
-    gen = torch.Generator().manual_seed(9)
-    lin = weights(False, gen, device)
-    x = torch.randn(16, K, generator=gen).to(device, torch.bfloat16)
+    lin, _, x, _, _ = gemm_operands(N, K, 16, False, 9, device)
     cfg = GemmConfig(block_n=32, block_k=128, stream_k=2)
     for kw in ({}, {"swiglu": True}):
         rows = sg.skinny_gemm(x, lin.weight, config=cfg, exact=True, **kw)
@@ -93,9 +83,7 @@ def test_stream_k_rows_do_not_depend_on_m(device, monkeypatch):
 def test_stream_k_leaves_the_argmax_head_per_tile(device, monkeypatch):
     """The LM head's argmax epilogue counts a tile per program: a stream-K config launches it per tile."""
     monkeypatch.setattr(sg, "_num_sms", lambda device: 2)
-    gen = torch.Generator().manual_seed(4)
-    lin = weights(False, gen, device, n=200)
-    x = torch.randn(3, K, generator=gen).to(device, torch.bfloat16)
+    lin, _, x, _, _ = gemm_operands(200, K, 3, False, 4, device)
     ids = [sg.skinny_gemm(x, lin.weight, argmax=True, config=GemmConfig(block_n=32, block_k=128, stream_k=s))
            for s in (0, 2)]
     assert torch.equal(ids[0], ids[1])

@@ -65,42 +65,22 @@ def test_file_names(gpu, slug):
     assert tuning.gpu_slug(gpu) == slug
 
 
-def test_prefetch_applies_to_configs_that_set_none_and_rejects_negatives():
+@pytest.mark.parametrize("field,shape,m,value,message", [
+    ("prefetch_k", (6144, 2560), 16, 4, "prefetch blocks"),
+    ("prefetch_ahead", (6144, 2560), 1, 8, "prefetch-ahead blocks"),
+    ("stream_k", (19456, 2560), 16, 2, "stream-K programs per SM"),
+])
+def test_given_fields_apply_to_configs_that_set_none_and_reject_negatives(field, shape, m, value, message):
     from tileinfer.ops import gemm_configs
-    tuned = gemm_configs.get_config(6144, 2560, 16, "bf16")
-    assert tuned.prefetch_k == 0
+    setter = getattr(gemm_configs, f"set_{field}")
+    tuned = gemm_configs.get_config(*shape, m, "bf16")
+    assert getattr(tuned, field) == 0
     try:
-        gemm_configs.set_prefetch_k(4)
-        assert gemm_configs.get_config(6144, 2560, 16, "bf16") == dataclasses.replace(tuned, prefetch_k=4)
-        with pytest.raises(ValueError, match="prefetch blocks"):
-            gemm_configs.set_prefetch_k(-1)
+        setter(value)
+        assert gemm_configs.get_config(*shape, m, "bf16") == dataclasses.replace(tuned, **{field: value})
+        assert getattr(gemm_configs, field)() == value
+        with pytest.raises(ValueError, match=message):
+            setter(-1)
     finally:
-        gemm_configs.set_prefetch_k(0)
-    assert gemm_configs.get_config(6144, 2560, 16, "bf16") == tuned
-
-
-def test_prefetch_ahead_applies_to_configs_that_set_none_and_rejects_negatives():
-    from tileinfer.ops import gemm_configs
-    tuned = gemm_configs.get_config(6144, 2560, 1, "int8")
-    assert tuned.prefetch_ahead == 0
-    try:
-        gemm_configs.set_prefetch_ahead(8)
-        assert gemm_configs.get_config(6144, 2560, 1, "int8") == dataclasses.replace(tuned, prefetch_ahead=8)
-        with pytest.raises(ValueError, match="prefetch-ahead blocks"):
-            gemm_configs.set_prefetch_ahead(-1)
-    finally:
-        gemm_configs.set_prefetch_ahead(0)
-    assert gemm_configs.get_config(6144, 2560, 1, "int8") == tuned
-
-
-def test_stream_k_applies_to_configs_that_set_none():
-    from tileinfer.ops import gemm_configs
-    tuned = gemm_configs.get_config(19456, 2560, 16, "bf16")
-    try:
-        gemm_configs.set_stream_k(2)
-        assert gemm_configs.get_config(19456, 2560, 16, "bf16") == dataclasses.replace(tuned, stream_k=2)
-        with pytest.raises(ValueError, match="stream-K programs per SM"):
-            gemm_configs.set_stream_k(-1)
-    finally:
-        gemm_configs.set_stream_k(0)
-    assert gemm_configs.get_config(19456, 2560, 16, "bf16") == tuned
+        setter(0)
+    assert gemm_configs.get_config(*shape, m, "bf16") == tuned
