@@ -94,3 +94,21 @@ def test_every_unit_is_in_one_share():
     for units, programs in itertools.product((1, 7, 24, 6080), (1, 3, 132, 264)):
         bounds = [p * units // programs for p in range(programs + 1)]
         assert bounds[0] == 0 and bounds[-1] == units and bounds == sorted(bounds)
+
+
+def test_memory_model_holds_the_shared_tiles_partials(monkeypatch):
+    """The activation model's skinny-GEMM scratch follows the launch: fp32 partials in as many slots as
+    programs share a tile under stream-K (a gate_up's tiles over its gate half), none for whole tiles."""
+    from tileinfer.activations import ActivationModel
+    from tileinfer.ops import gemm_configs
+    from tileinfer.shapes import QWEN3_4B
+
+    monkeypatch.setattr(sg, "_num_sms", lambda device: 132)
+    model = ActivationModel(target=QWEN3_4B, drafter=None, block_size=1, num_taps=0, elem=2, int8=False,
+                            backend="triton", exact=True, cuda=False, prefill_chunk=512)
+    n, k = 2 * QWEN3_4B.intermediate, QWEN3_4B.hidden
+    monkeypatch.setattr(gemm_configs, "get_config", lambda *a, **kw: GemmConfig(block_n=64, block_k=64))
+    assert model._split_k_bytes(n, k, 16, swiglu=True) == 0
+    monkeypatch.setattr(gemm_configs, "get_config", lambda *a, **kw: GemmConfig(block_n=64, block_k=64, stream_k=1))
+    slots = sg.stream_k_slots(n // 2 // 64, k // 64, 132)  # 152 tiles of 40 K-blocks on 132 programs
+    assert slots == 2 and model._split_k_bytes(n, k, 16, swiglu=True) == slots * 16 * n * 4

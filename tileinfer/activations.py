@@ -207,7 +207,7 @@ class ActivationModel:
         n, h = self.target.vocab, self.target.hidden
         return self.b(t, n) + self.b(t, e=8) + self._linear_scratch(n, h, t)
 
-    def _linear_scratch(self, n: int, k: int, m: int) -> int:
+    def _linear_scratch(self, n: int, k: int, m: int, swiglu: bool = False) -> int:
         """Temporaries of one [m, k] x [n, k]^T linear beyond its output.
 
         Triton: fp32 split-K partials of the skinny GEMM (M <= 16); INT8 weights from DEQUANT_MIN_M rows
@@ -216,25 +216,27 @@ class ActivationModel:
         weights are dequantized per call (W in the compute dtype, and an fp32 product)."""
         if not self.reference:
             widened = self.b(n, k) if self.int8 and m >= DEQUANT_MIN_M else 0
-            return self._split_k_bytes(n, k, m) + widened
+            return self._split_k_bytes(n, k, m, swiglu) + widened
         padded = self.exact and m <= SKINNY_MAX_M
         rows = SKINNY_MAX_M if padded else m
         extra = self.b(rows, k) + self.b(rows, n) if padded else 0
         return extra + (self.b(n, k) + self.b(rows, n, e=4) if self.int8 else 0)
 
-    def _skinny_split(self, n: int, k: int, m: int) -> tuple[int, int]:
-        """(splits of K, rows of W per program) of the skinny GEMM for this product, as it launches."""
+    def _skinny_split(self, n: int, k: int, m: int, swiglu: bool = False) -> tuple[int, int]:
+        """(partial slots, rows of W per program) of the skinny GEMM for this product, as it launches: the
+        splits of K, or under stream-K the most programs that share a tile (a fused gate_up's tiles cover
+        its gate half)."""
         from tileinfer.ops.gemm_configs import get_config
+        from tileinfer.ops.skinny_gemm import launch_plan
+        device = torch.device("cuda") if self.cuda and torch.cuda.is_available() else torch.device("cpu")
         cfg = get_config(n, k, SKINNY_MAX_M if self.exact else m, "int8" if self.int8 else "bf16",
-                         torch.device("cuda") if self.cuda and torch.cuda.is_available() else None)
-        block_k = min(cfg.block_k, max(16, 1 << (max(k, 1) - 1).bit_length()))
-        k_per_split = -(-(-(-k // cfg.split_k)) // block_k) * block_k
-        return -(-k // k_per_split), cfg.block_n
+                         device if device.type == "cuda" else None)
+        return launch_plan(n // 2 if swiglu else n, k, cfg, device).slots, cfg.block_n
 
-    def _split_k_bytes(self, n: int, k: int, m: int) -> int:
+    def _split_k_bytes(self, n: int, k: int, m: int, swiglu: bool = False) -> int:
         if m > SKINNY_MAX_M:
             return 0
-        split_k, _ = self._skinny_split(n, k, m)
+        split_k, _ = self._skinny_split(n, k, m, swiglu)
         return self.b(split_k, m, n, e=4) if split_k > 1 else 0
 
     def _row_sums_bytes(self, n: int, k: int, m: int) -> int:
@@ -244,7 +246,7 @@ class ActivationModel:
 
     def _norm_sums_bytes(self, n: int, k: int, m: int, swiglu: bool) -> int:
         """A folded norm's per-split Σx² [splits, tiles, rows per tile] in fp32 (split-K only)."""
-        split_k, block_n = self._skinny_split(n, k, m)
+        split_k, block_n = self._skinny_split(n, k, m, swiglu)
         tiles = -(-(n // 2 if swiglu else n) // block_n)
         rows = 16 if self.exact or m > 1 else 1
         return self.b(split_k, tiles, rows, e=4) if split_k > 1 else 0
@@ -275,7 +277,7 @@ class ActivationModel:
         if self.reference:
             act = b(t, 2 * i) + (3 if up else 2) * b(t, i, e=4)
         elif t <= SKINNY_MAX_M:  # SwiGLU in the gate_up GEMM's epilogue: no gate_up tensor
-            return stream + max(norm, attention, b(t, i) + self._linear_scratch(2 * i, h, t), down)
+            return stream + max(norm, attention, b(t, i) + self._linear_scratch(2 * i, h, t, swiglu=True), down)
         else:
             act = b(t, 2 * i) + b(t, i)
         mlp = max(b(t, 2 * i) + self._linear_scratch(2 * i, h, t), act, down)
@@ -295,7 +297,7 @@ class ActivationModel:
         if self.fused_gemms:
             added = 0
             qkv_gemm = self._linear_scratch(s.qkv_rows, h, t)
-            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t)
+            gate_up = b(t, i) + self._linear_scratch(2 * i, h, t, swiglu=True)
             if self._gemv(t) and s is not self.drafter:  # every Σx² summed in the GEMVs: no row sums
                 x = 0
                 qkv_gemm += self._norm_sums_bytes(s.qkv_rows, h, t, False)

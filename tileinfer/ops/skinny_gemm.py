@@ -31,6 +31,7 @@ same bits).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -320,6 +321,34 @@ def _argmax_epilogue(vals, offs_n, n_mask, offs_m, M, ids_ptr, key_ptr, tile_key
             tl.atomic_xchg(last_counter, 0, sem="relaxed")
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How one skinny GEMM launch cuts its work: `tiles` of BLOCK_N rows, each `k_blocks` K-blocks deep, in
+    `slots` shares at most (split-K's splits, or the programs that share a tile under stream-K), each
+    split `k_per_split` deep; the grid; whether it is stream-K."""
+    block_k: int
+    tiles: int
+    k_blocks: int
+    slots: int
+    k_per_split: int
+    grid: tuple
+    stream: bool
+
+
+def launch_plan(rows: int, k: int, c: GemmConfig, device: torch.device, argmax: bool = False) -> LaunchPlan:
+    """The launch of config `c` over `rows` rows of W (a fused gate_up's gate half) and K = k; the argmax
+    LM head is never stream-K (its epilogue counts a tile per program)."""
+    block_k = min(c.block_k, _pow2_at_least(k))
+    tiles = triton.cdiv(rows, c.block_n)
+    k_blocks = triton.cdiv(k, block_k)
+    if c.stream_k and not argmax:
+        programs = min(c.stream_k * _num_sms(device), tiles * k_blocks)
+        return LaunchPlan(block_k, tiles, k_blocks, stream_k_slots(tiles, k_blocks, programs), k, (programs, 1), True)
+    k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
+    splits = triton.cdiv(k, k_per_split)  # never an empty split
+    return LaunchPlan(block_k, tiles, k_blocks, splits, k_per_split, (tiles, splits), False)
+
+
 @lru_cache(maxsize=1024)
 def stream_k_slots(tiles: int, k_blocks: int, programs: int) -> int:
     """The most programs that share one tile when `programs` take equal shares of tiles × k_blocks K-blocks
@@ -407,18 +436,9 @@ def skinny_gemm(
 
     def launch(c: GemmConfig):
         nonlocal sums_out
-        block_k = min(c.block_k, _pow2_at_least(k))
-        tiles = triton.cdiv(half if swiglu else n, c.block_n)
-        k_blocks = triton.cdiv(k, block_k)
-        stream = bool(c.stream_k) and not argmax  # the argmax epilogue counts a tile per program
-        if stream:
-            programs = min(c.stream_k * _num_sms(x.device), tiles * k_blocks)
-            grid, k_per_split = (programs, 1), k
-            slots = stream_k_slots(tiles, k_blocks, programs)
-        else:
-            k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
-            slots = triton.cdiv(k, k_per_split)  # never an empty split
-            grid = (tiles, slots)
+        plan = launch_plan(half if swiglu else n, k, c, x.device, argmax)
+        block_k, tiles, k_blocks, slots, k_per_split, grid = (plan.block_k, plan.tiles, plan.k_blocks, plan.slots,
+                                                               plan.k_per_split, plan.grid)
         shared = slots > 1
         part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32) if shared else y
         groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
@@ -442,7 +462,7 @@ def skinny_gemm(
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
             WORDS=words and c.fast_i8, EARLY=early, K_WARPS=_k_warps(c, block_m, block_k),
-            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead, STREAM_K=stream,
+            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead, STREAM_K=plan.stream,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
