@@ -355,3 +355,34 @@ def test_short_chunks_take_the_sections_short_tiles():
     assert tuned_tiles(tuned, 2049) == {"block_m": 128, "num_warps": 8}
     assert tuned_tiles({"block_m": 64}, 16) == {"block_m": 64}
     assert tuned == {"block_m": 128, "num_warps": 8, "short": {"max_queries": 2048, "block_m": 64, "num_warps": 4}}
+
+
+@pytest.mark.parametrize("step", [False, True])
+def test_decode_stamps_leave_the_output_and_time_each_program(device, step):
+    """`stamps=`: the same output bits; every live program stamps its start, wait, q, loop and count in that
+    order and the merging program also its merge; programs past the KV length only their start."""
+    from tileinfer.ops.decode_attention import StepKV
+    from tileinfer.ops.rope import rope_cos_sin
+    from tileinfer.ops.stamps import SLOTS, stamp_buffer
+
+    kv_len, t, heads, kv_heads, d, splits = 200, 1, 8, 2, 32, 5  # 4 live splits of 64 positions
+    q, k, v = make_inputs(kv_len, t, heads, kv_heads, d, torch.bfloat16, device)
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
+    new = None
+    if step:
+        new = StepKV(k[kv_len - t:kv_len].clone(), v[kv_len - t:kv_len].clone(),
+                     torch.ones(d, dtype=torch.bfloat16, device=device), torch.ones(d, dtype=torch.bfloat16, device=device),
+                     rope_cos_sin(d, kv_len, 1e6, device), torch.arange(kv_len - t, kv_len, device=device), 1e-6)
+    buf = stamp_buffer(kv_heads * splits, torch.device(device))
+    caches = [(k.clone(), v.clone()) for _ in range(2)]
+    out = decode_attention(q, *caches[0], kv_len_t, num_splits=splits, step_kv=new, stamps=buf)
+    assert torch.equal(out, decode_attention(q, *caches[1], kv_len_t, num_splits=splits, step_kv=new))
+    live = buf[:, 1] > 0
+    assert live.sum() == kv_heads * 4 and (buf[~live, 0] > 0).all() and (buf[~live, 1:] == 0).all()
+    stamped = buf[live, :5]
+    assert (stamped > 0).all() and (stamped[:, 1:] >= stamped[:, :-1]).all()
+    merged = buf[live, 5] > 0
+    assert merged.sum() == kv_heads and (buf[live][merged, 5] >= buf[live][merged, 4]).all()
+    assert (buf[:, 6:] == 0).all() and buf.shape[1] == SLOTS
+    with pytest.raises(ConfigError, match="stamps must be a contiguous int64"):
+        decode_attention(q, k, v, kv_len_t, num_splits=splits, stamps=buf[:-1])

@@ -51,6 +51,7 @@ from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
 from tileinfer.ops.pdl import bulk_prefetch_l2, launch_options, prefetch_l2
 from tileinfer.ops.rope import norm_rope_tile, rope_factors
+from tileinfer.ops.stamps import SLOTS, stamp
 from tileinfer.ops.switches import Switch
 from tileinfer.ops.tuning import section
 
@@ -203,7 +204,7 @@ def _merge_head(
 @triton.jit
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE, OUT, COUNTERS,
-    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS, AHEAD,
+    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS, AHEAD, STAMP_BUF,
     num_splits, split_size, qk_scale, eps, ahead_offset, ahead_bytes, ahead_max_kv,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
@@ -217,6 +218,7 @@ def _split_kv_attention_kernel(
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
     TMA: tl.constexpr, EARLY: tl.constexpr, AHEAD_ON: tl.constexpr, AHEAD_PIECE: tl.constexpr,
+    STAMPS: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -244,6 +246,9 @@ def _split_kv_attention_kernel(
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     token0 = tl.program_id(2) * TOKENS
+    me = (kv_head * tl.num_programs(1) + split) * tl.num_programs(2) + tl.program_id(2)
+    if STAMPS:
+        stamp(STAMP_BUF, me, 0, 0.0)
     kv_len = tl.load(KV_LEN).to(tl.int32)  # set at the step's start, before the kernel before this one
     if split_size > 0:
         chunk = split_size
@@ -292,6 +297,8 @@ def _split_kv_attention_kernel(
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
+    if STAMPS:
+        stamp(STAMP_BUF, me, 1, 0.0)
     if EARLY == 2:
         k_first = tl.load(k_first_ptrs, mask=settled, other=0.0)
         v_first = tl.load(v_first_ptrs, mask=settled, other=0.0)
@@ -322,6 +329,8 @@ def _split_kv_attention_kernel(
         q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
+    if STAMPS:
+        stamp(STAMP_BUF, me, 2, tl.sum(tl.sum(q.to(tl.float32), 1), 0))
     q_pos = kv_len - NUM_Q_TOKENS + token
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -356,6 +365,8 @@ def _split_kv_attention_kernel(
                 q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i,
                 acc, qk_scale, MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
 
+    if STAMPS:
+        stamp(STAMP_BUF, me, 3, tl.sum(l_i, 0))
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
@@ -368,11 +379,15 @@ def _split_kv_attention_kernel(
     tl.debug_barrier()
     counter = COUNTERS + kv_head * tl.num_programs(2) + tl.program_id(2)
     arrived = tl.atomic_add(counter, 1, sem="acq_rel")
+    if STAMPS:
+        stamp(STAMP_BUF, me, 4, arrived.to(tl.float32))
     if arrived == live_splits - 1:
         _merge_head(MID_O, MID_LSE, OUT, kv_head, token0, live_splits,
                     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
                     NUM_Q_TOKENS, TOKENS, GROUP, HEAD_DIM, MERGE_M, MERGE_UNROLL)
         tl.atomic_xchg(counter, 0, sem="relaxed")
+        if STAMPS:
+            stamp(STAMP_BUF, me, 5, 0.0)
 
 
 @dataclass(frozen=True)
@@ -475,7 +490,7 @@ def decode_attention(
     *, split_size: int = 0, block_m: int | None = None, block_n: int = 64, num_warps: int | None = None,
     num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
     tma: bool | None = None, early_kv: bool = False, tokens_per_program: int | None = None,
-    l2_ahead: torch.Tensor | None = None, l2_ahead_max_kv: int | None = None,
+    l2_ahead: torch.Tensor | None = None, l2_ahead_max_kv: int | None = None, stamps: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -502,6 +517,10 @@ def decode_attention(
     ``l2_ahead``: a contiguous tensor on q's device (the weight the next kernel reads) whose bytes the
     programs ask L2 for right after PDL's wait, where `l2_ahead_for` the device and the KV length is at
     most ``l2_ahead_max_kv`` (default the GPU section's; 0 or none: any); the output is the same.
+    ``stamps``: an int64 [programs, stamps.SLOTS] buffer (`stamps.stamp_buffer`; programs = KV heads × splits
+    × row blocks, in that order) that gets each program's `%globaltimer` at its start (slot 0), after PDL's
+    wait (1), with q ready (2: normed, rotated and the step's K/V written), after its K/V loop (3), after its
+    arrival count (4) and, for the program that merged, after the merge (5).
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -565,11 +584,17 @@ def decode_attention(
     new = step_kv or StepKV(q, q, q, q, q, kv_len, 0.0)  # without: stand-ins the kernel never reads
     if step_kv is not None:
         _check_step_kv(q, k_cache, step_kv)
+    if stamps is not None:
+        want = (num_kv_heads * num_splits * row_blocks, SLOTS)
+        if stamps.shape != want or stamps.dtype != torch.int64 or stamps.device != q.device or not stamps.is_contiguous():
+            raise ConfigError(f"stamps must be a contiguous int64 {list(want)} buffer on {q.device} (a row per "
+                              f"program: KV heads × splits × row blocks), got {stamps.dtype} {list(stamps.shape)}")
 
     def launch(c: DecodeAttentionConfig):
         _split_kv_attention_kernel[(num_kv_heads, num_splits, row_blocks)](
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions, ahead,
+            stamps if stamps is not None else counters,
             num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes, ahead_max_kv,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
@@ -584,12 +609,12 @@ def decode_attention(
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
             NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early,
-            AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE,
+            AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE, STAMPS=stamps is not None,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
-           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0)
+           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
