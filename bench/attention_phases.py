@@ -77,7 +77,7 @@ def measure(kv_len: int, t: int, kv_first: bool, device: str) -> dict:
     caches = [(randn(kv_len + 16, kvh, d), randn(kv_len + 16, kvh, d)) for _ in range(copies)]
     w_qkv, w_o = randn((h + 2 * kvh) * d, hidden) * 0.02, randn(hidden, h * d) * 0.02
     x = randn(t, hidden)
-    norm_w = 1 + 0.1 * randn(d).float()
+    norm_w = (1 + 0.1 * randn(d).float()).bfloat16()
     cos_sin = rope_cos_sin(d, kv_len + 16, ROPE_THETA, device)
     positions = torch.arange(kv_len - t, kv_len, device=device)
     kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
@@ -88,7 +88,7 @@ def measure(kv_len: int, t: int, kv_first: bool, device: str) -> dict:
             qkv = skinny_gemm(x, w_qkv)
             q = qkv[:, :h * d].view(t, h, d)
             new = da.StepKV(qkv[:, h * d:(h + kvh) * d].view(t, kvh, d), qkv[:, (h + kvh) * d:].view(t, kvh, d),
-                            norm_w.bfloat16(), norm_w.bfloat16(), cos_sin, positions, 1e-6) if step_kv else None
+                            norm_w, norm_w, cos_sin, positions, 1e-6) if step_kv else None
             out = da.decode_attention(q, k, v, kv_len_t, num_splits=splits, step_kv=new, stamps=buf,
                                       tokens_per_program=None if step_kv else per_program)
             skinny_gemm(out.view(t, h * d), w_o)

@@ -226,12 +226,7 @@ def main(argv=None):
     parser.add_argument("--override", default="none",
                         help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
     args = parser.parse_args(argv)
-    try:
-        args.prefetch_k = [int(v) for v in args.prefetch_k.split(",")]
-        assert all(v >= 0 for v in args.prefetch_k)
-    except (ValueError, AssertionError):
-        parser.error(f"--prefetch-k takes non-negative integers, got {args.prefetch_k!r}")
-    for name in ("prefetch_ahead", "stream_k"):
+    for name in ("prefetch_k", "prefetch_ahead", "stream_k"):
         try:
             setattr(args, name, [int(v) for v in getattr(args, name).split(",")])
             assert all(v >= 0 for v in getattr(args, name))

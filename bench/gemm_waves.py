@@ -32,7 +32,7 @@ from bench.gemm_bench import L2_DEFEAT_BYTES, time_us  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from tileinfer.ops import gemm_configs  # noqa: E402
 from tileinfer.ops.linear import quantize_weight  # noqa: E402
-from tileinfer.ops.skinny_gemm import skinny_gemm  # noqa: E402
+from tileinfer.ops.skinny_gemm import launch_plan, skinny_gemm  # noqa: E402
 from tileinfer.shapes import QWEN3_4B  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 
@@ -76,9 +76,8 @@ def measure(linear: str, m: int, kind: str, patch: dict, num_sms: int, bandwidth
             raise AssertionError(f"{linear} {kind} N={n}: rel err {err:.2e} against the fp32 product")
         us = time_us([lambda w=w: skinny_gemm(x, *w, config=cfg, swiglu=swiglu) for w in copies])
         nbytes = n * k * (2 if kind == "bf16" else 1) + (n * 4 if kind == "int8" else 0)
-        tiles = math.ceil((n // 2 if swiglu else n) / cfg.block_n)
-        k_blocks = math.ceil(k / min(cfg.block_k, max(16, 1 << (k - 1).bit_length())))
-        programs = min(cfg.stream_k * num_sms, tiles * k_blocks) if cfg.stream_k else tiles * cfg.split_k
+        grid = launch_plan(n // 2 if swiglu else n, k, cfg, torch.device(device), sms=num_sms).grid
+        programs = grid[0] * grid[1]
         floor_us = nbytes / (bandwidth_gbs * 1e3) if bandwidth_gbs == bandwidth_gbs else float("nan")
         rows.append(dict(linear=linear, m=m, kind=kind, n=n, k=k, real=n == real_n, programs=programs,
                          programs_per_sm=round(programs / num_sms, 3), most_per_sm=math.ceil(programs / num_sms),

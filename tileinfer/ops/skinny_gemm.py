@@ -335,14 +335,15 @@ class LaunchPlan:
     stream: bool
 
 
-def launch_plan(rows: int, k: int, c: GemmConfig, device: torch.device, argmax: bool = False) -> LaunchPlan:
-    """The launch of config `c` over `rows` rows of W (a fused gate_up's gate half) and K = k; the argmax
-    LM head is never stream-K (its epilogue counts a tile per program)."""
+def launch_plan(rows: int, k: int, c: GemmConfig, device: torch.device, argmax: bool = False,
+                sms: int | None = None) -> LaunchPlan:
+    """The launch of config `c` over `rows` rows of W (a fused gate_up's gate half) and K = k on `sms` SMs
+    (default the device's); the argmax LM head is never stream-K (its epilogue counts a tile per program)."""
     block_k = min(c.block_k, _pow2_at_least(k))
     tiles = triton.cdiv(rows, c.block_n)
     k_blocks = triton.cdiv(k, block_k)
     if c.stream_k and not argmax:
-        programs = min(c.stream_k * _num_sms(device), tiles * k_blocks)
+        programs = min(c.stream_k * (sms or _num_sms(device)), tiles * k_blocks)
         return LaunchPlan(block_k, tiles, k_blocks, stream_k_slots(tiles, k_blocks, programs), k, (programs, 1), True)
     k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)  # never an empty split
