@@ -12,7 +12,7 @@ cache and of both weights past L2:
 - `dataflow`: one launch. Each program takes a ticket as it starts: the first KV heads × splits tickets
   are the attention's programs (the head's last arrival merges it and raises the head's flag), the rest
   each own `o_block_n` rows of o_proj and take the heads in order as their flags rise, their weight
-  tiles read while they wait. A ticket is taken only by a running program, so a waiting one never holds
+  tiles read while they wait (the first before PDL's wait). A ticket is taken only by a running program, so a waiting one never holds
   an SM an attention program needs;
 - `dataflow_l2`: the same, each program first asking L2 for a share of o_proj's weight before PDL's wait;
 - `qkv_attention`: the QKV projection and the attention alone, what o_proj adds in `launches`.
@@ -62,11 +62,13 @@ def _attention_o_kernel(
     if L2_FIRST:  # the weight depends on nothing before: a share of it per program, before the wait
         bulk_prefetch_l2(W.to(tl.pointer_type(tl.int8)), w_bytes, tl.program_id(0), tl.num_programs(0),
                          PREFETCH_PIECE)
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    # The state is this call site's alone (the kernel before never touches it): tickets are taken before
+    # the wait, and o_proj's programs read their first weight tile there too.
     ticket = tl.atomic_add(ticket_ptr, 1, sem="relaxed")
     if ticket < attention_programs:
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         kv_len = tl.load(KV_LEN).to(tl.int32)
         kv_head = ticket // num_splits
         split = ticket % num_splits
@@ -112,6 +114,9 @@ def _attention_o_kernel(
         w_rows = W + o_rows[:, None] * stride_wn + offs_s[None, :]
         y = tl.zeros([O_BLOCK_N], tl.float32)
         w = tl.load(w_rows, mask=w_mask, other=0.0)
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         for h in tl.static_range(KV_HEADS):
             if h + 1 < KV_HEADS:  # the next head's tile is in flight while this one waits
                 w_next = tl.load(w_rows + (h + 1) * SLICE, mask=w_mask, other=0.0)
