@@ -12,9 +12,11 @@ cache and of both weights past L2:
 - `dataflow`: one launch. Each program takes a ticket as it starts: the first KV heads × splits tickets
   are the attention's programs (the head's last arrival merges it and raises the head's flag), the rest
   each own `o_block_n` rows of o_proj and take the heads in order as their flags rise, their weight
-  tiles read while they wait (the first before PDL's wait). A ticket is taken only by a running program, so a waiting one never holds
-  an SM an attention program needs;
+  tiles read while they wait (the first before PDL's wait). A ticket is taken only by a running program,
+  so a waiting one never holds an SM an attention program needs;
 - `dataflow_l2`: the same, each program first asking L2 for a share of o_proj's weight before PDL's wait;
+- `split`: the same programs in two launches, the attention's then o_proj's: what joining them gains,
+  apart from how the engine's tuned kernels and these differ;
 - `qkv_attention`: the QKV projection and the attention alone, what o_proj adds in `launches`.
 Each row gives µs per chain beside its floor (its bytes over the read bandwidth measured in the run);
 both joined variants are checked against `launches` first. One-token steps in the engine also norm and
@@ -48,10 +50,13 @@ def _attention_o_kernel(
     stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_os, stride_oh, stride_ls, stride_wn,
     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, MERGE_M: tl.constexpr, MERGE_UNROLL: tl.constexpr, O_BLOCK_N: tl.constexpr, SLICE_P2: tl.constexpr,
-    L2_FIRST: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
+    L2_FIRST: tl.constexpr, ROLES: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Y = RES + W · attention(q, K, V) for one query token. STATE holds KV_HEADS arrival counters, KV_HEADS
-    head flags, the ticket and the o_proj programs' done count; the last o_proj program leaves it zeroed."""
+    head flags, the ticket and the o_proj programs' done count; the last o_proj program leaves it zeroed.
+    ROLES 0: tickets assign the roles in one launch; 1: the attention's programs alone (by program id), 2:
+    o_proj's alone, launched after it (its flags all raised)."""
     SLICE: tl.constexpr = GROUP * HEAD_DIM  # o_proj's input columns from one KV head, padded to SLICE_P2
     counters = STATE
     flags = STATE + KV_HEADS
@@ -64,7 +69,12 @@ def _attention_o_kernel(
                          PREFETCH_PIECE)
     # The state is this call site's alone (the kernel before never touches it): tickets are taken before
     # the wait, and o_proj's programs read their first weight tile there too.
-    ticket = tl.atomic_add(ticket_ptr, 1, sem="relaxed")
+    if ROLES == 0:
+        ticket = tl.atomic_add(ticket_ptr, 1, sem="relaxed")
+    elif ROLES == 1:
+        ticket = tl.program_id(0)
+    else:
+        ticket = attention_programs + tl.program_id(0)
     if ticket < attention_programs:
         if PDL:
             gdc_wait()
@@ -146,9 +156,10 @@ def state_for(kv_heads: int, device) -> torch.Tensor:
 
 def attention_o(q, k_cache, v_cache, kv_len: torch.Tensor, w_o, residual, state, num_splits: int,
                 o_block_n: int = 16, l2_first: bool = False, block_n: int = 64, num_warps: int = 4,
-                num_stages: int = 3):
+                num_stages: int = 3, launches: int = 1):
     """residual + w_o · attention(q, caches) for one token (q [1, Hq, D], caches [L, Hk, D], kv_len a 1-element
-    int tensor of L' ≤ L read on the device), the attention's KV heads and o_proj's row blocks in one launch."""
+    int tensor of L' ≤ L read on the device), the attention's KV heads and o_proj's row blocks in one launch
+    (`launches` 2: the same programs in two, the attention's then o_proj's)."""
     _, hq, d = q.shape
     hk = k_cache.shape[1]
     group = hq // hk
@@ -163,17 +174,27 @@ def attention_o(q, k_cache, v_cache, kv_len: torch.Tensor, w_o, residual, state,
     mid_lse = torch.empty((splits, hq), dtype=torch.float32, device=q.device)
     x = torch.empty(hq * d, dtype=q.dtype, device=q.device)
     y = torch.empty(n_rows, dtype=q.dtype, device=q.device)
+    if launches not in (1, 2):
+        raise ValueError(f"attention_o: launches is 1 or 2, got {launches!r}")
     merge_m = merge_rows(1, group)
-    grid = (hk * splits + triton.cdiv(n_rows, o_block_n),)
-    _attention_o_kernel[grid](
-        q, k_cache, v_cache, kv_len, mid_o, mid_lse, x, state, w_o, residual, y,
-        splits, chunk, d ** -0.5 * LOG2E, n_rows, w_o.numel() * w_o.element_size(),
-        q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        mid_o.stride(0), mid_o.stride(1), mid_lse.stride(0), w_o.stride(0),
-        KV_HEADS=hk, GROUP=group, HEAD_DIM=d, BLOCK_M=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
-        MERGE_M=merge_m, MERGE_UNROLL=merge_unroll(merge_m, d, num_warps), O_BLOCK_N=o_block_n, SLICE_P2=triton.next_power_of_2(group * d),
-        L2_FIRST=l2_first and not INTERPRET, UPCAST=INTERPRET, DOT_PRECISION="tf32",
-        num_warps=num_warps, num_stages=num_stages, **launch_options(q.device))
+    attention_programs, o_programs = hk * splits, triton.cdiv(n_rows, o_block_n)
+
+    def launch(grid, roles):
+        _attention_o_kernel[grid](
+            q, k_cache, v_cache, kv_len, mid_o, mid_lse, x, state, w_o, residual, y,
+            splits, chunk, d ** -0.5 * LOG2E, n_rows, w_o.numel() * w_o.element_size(),
+            q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+            mid_o.stride(0), mid_o.stride(1), mid_lse.stride(0), w_o.stride(0),
+            KV_HEADS=hk, GROUP=group, HEAD_DIM=d, BLOCK_M=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
+            MERGE_M=merge_m, MERGE_UNROLL=merge_unroll(merge_m, d, num_warps), O_BLOCK_N=o_block_n,
+            SLICE_P2=triton.next_power_of_2(group * d), L2_FIRST=l2_first and not INTERPRET, ROLES=roles,
+            UPCAST=INTERPRET, DOT_PRECISION="tf32", num_warps=num_warps, num_stages=num_stages,
+            **launch_options(q.device))
+    if launches == 1:
+        launch((attention_programs + o_programs,), 0)
+    else:
+        launch((attention_programs,), 1)
+        launch((o_programs,), 2)
     return y.view(1, n_rows)
 
 
@@ -231,9 +252,9 @@ def main(argv=None):
             for i in range(copies):
                 q = skinny_gemm(x, w_qkv[i])[:, :hq * d].view(1, hq, d)
                 k, v = caches[i]
-                if variant.startswith("dataflow"):
+                if variant.startswith("dataflow") or variant == "split":
                     out = attention_o(q, k, v, kv_len_t, w_o[i], res, states[i], splits, o_block_n,
-                                      l2_first=variant == "dataflow_l2")
+                                      l2_first=variant == "dataflow_l2", launches=2 if variant == "split" else 1)
                 else:
                     a = decode_attention(q, k, v, kv_len_t, num_splits=splits)
                     out = a if variant == "qkv_attention" else skinny_gemm(a.view(1, hq * d), w_o[i], residual=res)
@@ -242,7 +263,7 @@ def main(argv=None):
         q0 = skinny_gemm(x, w_qkv[-1])[:, :hq * d].view(1, hq, d)
         want = reference(q0, *caches[-1], kv_len, w_o[-1], res).float()
         variants = [("launches", 16), ("qkv_attention", 16)]
-        variants += [(v, int(b)) for b in args.o_block_n.split(",") for v in ("dataflow", "dataflow_l2")]
+        variants += [(v, int(b)) for b in args.o_block_n.split(",") for v in ("split", "dataflow", "dataflow_l2")]
         for variant, o_block_n in variants:
             got = chain(variant, o_block_n).float()
             err = "" if variant == "qkv_attention" else f"{((got - want).norm() / want.norm()).item():.2e}"
@@ -250,7 +271,7 @@ def main(argv=None):
             nbytes = per_copy - (hidden * hq * d * 2 if variant == "qkv_attention" else 0)
             floor_us = nbytes / (bandwidth * 1e9) * 1e6
             rows.append(dict(kv_len=kv_len, num_splits=splits, variant=variant,
-                             o_block_n=o_block_n if variant.startswith("dataflow") else "", us=round(us, 2),
+                             o_block_n="" if variant in ("launches", "qkv_attention") else o_block_n, us=round(us, 2),
                              floor_us=round(floor_us, 2), over_floor_us=round(us - floor_us, 2), rel_err=err,
                              copies=copies, bandwidth_gbs=round(bandwidth, 1), **info))
             print(variant, o_block_n, kv_len, rows[-1]["us"], "µs, floor", rows[-1]["floor_us"], err, flush=True)

@@ -1,6 +1,6 @@
-"""bench/attention_o_dataflow.py: the attention and o_proj joined head by head in one launch compute
-torch's residual + W_o · attention on odd shapes, for every split count and o_proj row block, leave their
-counters, flags and ticket zeroed for the next launch, and name shapes that do not fit."""
+"""bench/attention_o_dataflow.py: the attention and o_proj joined head by head compute torch's residual +
+W_o · attention on odd shapes, for every split count and o_proj row block, in one launch or two, leave
+their counters, flags and ticket zeroed for the next launch, and name shapes that do not fit."""
 
 import pytest
 import torch
@@ -20,14 +20,14 @@ def _case(device, kv_len=77, length=83, hq=6, hk=2, d=16, n_rows=37, seed=0):
     return q, k, v, w_o, res, torch.tensor([kv_len], dtype=torch.int32, device=device)
 
 
-@pytest.mark.parametrize("splits,o_block_n", [(1, 16), (3, 8), (5, 32)])
-def test_matches_torch_and_resets_its_state(device, splits, o_block_n):
+@pytest.mark.parametrize("splits,o_block_n,launches", [(1, 16, 1), (3, 8, 1), (5, 32, 1), (3, 8, 2)])
+def test_matches_torch_and_resets_its_state(device, splits, o_block_n, launches):
     q, k, v, w_o, res, kv_len = _case(device)
     state = ao.state_for(k.shape[1], device)
     want = ao.reference(q, k, v, 77, w_o, res).float()
     for _ in range(2):  # the second launch finds the state the first left
         got = ao.attention_o(q, k, v, kv_len, w_o, res, state, splits, o_block_n=o_block_n, block_n=16,
-                             num_warps=1 if device == "cpu" else 4, num_stages=1).float()
+                             num_warps=1 if device == "cpu" else 4, num_stages=1, launches=launches).float()
         assert torch.allclose(got, want, rtol=2e-2, atol=2e-2), (got - want).abs().max()
         assert int(state.abs().sum()) == 0
     # positions past kv_len are not read: changing them changes nothing
@@ -49,5 +49,7 @@ def test_shapes_that_do_not_fit_are_named(device):
     q, k, v, w_o, res, kv_len = _case(device)
     with pytest.raises(ValueError, match="do not fit"):
         ao.attention_o(q, k, v, kv_len, w_o[:, :-1], res, ao.state_for(2, device), 2)
+    with pytest.raises(ValueError, match="launches is 1 or 2"):
+        ao.attention_o(q, k, v, kv_len, w_o, res, ao.state_for(2, device), 2, launches=3)
     with pytest.raises(ValueError, match="state 5"):
         ao.attention_o(q, k, v, kv_len, w_o, res, torch.zeros(5, dtype=torch.int32, device=device), 2)
