@@ -209,72 +209,92 @@ def reference(q, k_cache, v_cache, kv_len: int, w_o, residual):
     return (w_o.float() @ o + residual.float().reshape(-1)).to(q.dtype).view(1, -1)
 
 
+VARIANTS = ("split", "dataflow", "dataflow_l2")  # each at every o_proj row block, after the two baselines
+
+
+def measure(kv_len: int, dims: tuple, o_blocks, device: str, time_us, bandwidth_gbs: float,
+            copies: int | None = None) -> list[dict]:
+    """A row per variant at one KV length: µs per chain from `time_us(fn)`, its floor, its error against
+    torch. `dims`: (query heads, KV heads, head dim, hidden size)."""
+    from tileinfer.ops.attention import default_num_splits
+    from tileinfer.ops.skinny_gemm import skinny_gemm
+
+    hq, hk, d, hidden = dims
+    gen = torch.Generator(device=device).manual_seed(kv_len)
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen, device=device) * scale).to(torch.bfloat16)
+    splits = default_num_splits(kv_len)
+    per_copy = ((hq + 2 * hk) * d * hidden + hidden * hq * d + 2 * kv_len * hk * d) * 2
+    copies = copies or max(3, min(16, -(-300_000_000 // per_copy)))
+    x, res0 = randn(1, hidden), randn(1, hidden)
+    w_qkv = [randn((hq + 2 * hk) * d, hidden, scale=hidden ** -0.5) for _ in range(copies)]
+    w_o = [randn(hidden, hq * d, scale=(hq * d) ** -0.5) for _ in range(copies)]
+    caches = [(randn(kv_len, hk, d), randn(kv_len, hk, d)) for _ in range(copies)]
+    states = [state_for(hk, device) for _ in range(copies)]
+    residuals = [res0.clone() for _ in range(copies)]  # the engine's o_proj adds into its residual in place
+    kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device=device)
+
+    def chain(variant, o_block_n):
+        out = None
+        for i in range(copies):
+            q = skinny_gemm(x, w_qkv[i])[:, :hq * d].view(1, hq, d)
+            k, v = caches[i]
+            if variant in VARIANTS:
+                out = attention_o(q, k, v, kv_len_t, w_o[i], residuals[i], states[i], splits, o_block_n,
+                                  l2_first=variant == "dataflow_l2", launches=2 if variant == "split" else 1)
+            else:
+                a = decode_attention(q, k, v, kv_len_t, num_splits=splits)
+                out = a if variant == "qkv_attention" else skinny_gemm(a.view(1, hq * d), w_o[i],
+                                                                       residual=residuals[i])
+        return out
+
+    q0 = skinny_gemm(x, w_qkv[-1])[:, :hq * d].view(1, hq, d)
+    want = reference(q0, *caches[-1], kv_len, w_o[-1], res0).float()
+    rows = []
+    for variant, o_block_n in [("launches", ""), ("qkv_attention", ""), *((v, b) for b in o_blocks for v in VARIANTS)]:
+        for r in residuals:
+            r.copy_(res0)
+        got = chain(variant, o_block_n or 16).float()
+        err = "" if variant == "qkv_attention" else f"{((got - want).norm() / want.norm()).item():.2e}"
+        us = time_us(lambda: chain(variant, o_block_n or 16)) / copies
+        nbytes = per_copy - (hidden * hq * d * 2 if variant == "qkv_attention" else 0)
+        floor_us = nbytes / (bandwidth_gbs * 1e9) * 1e6
+        rows.append(dict(kv_len=kv_len, num_splits=splits, variant=variant, o_block_n=o_block_n, us=round(us, 2),
+                         floor_us=round(floor_us, 2), over_floor_us=round(us - floor_us, 2), rel_err=err,
+                         copies=copies, bandwidth_gbs=round(bandwidth_gbs, 1)))
+        print(variant, o_block_n, kv_len, rows[-1]["us"], "µs, floor", rows[-1]["floor_us"], err, flush=True)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--kv-lens", default="1024,8192")
     ap.add_argument("--o-block-n", default="8,16", help="o_proj rows a dataflow program owns, comma-separated")
     args = ap.parse_args(argv)
+    try:
+        kv_lens = [int(v) for v in args.kv_lens.split(",")]
+        o_blocks = [int(v) for v in args.o_block_n.split(",")]
+        assert all(v > 0 for v in kv_lens) and all(v > 0 and v & (v - 1) == 0 for v in o_blocks)
+    except (ValueError, AssertionError):
+        ap.error(f"--kv-lens takes positive integers and --o-block-n powers of two, comma-separated; got "
+                 f"{args.kv_lens!r} and {args.o_block_n!r}")
     if not torch.cuda.is_available():
         raise SystemExit("attention_o_dataflow.py times CUDA kernels: run it on a GPU")
     from triton.testing import do_bench_cudagraph
 
     from bench.ref.metric import gpu_tag, measure_read_bandwidth_gbs, write_rows
     from tileinfer.ops import pdl
-    from tileinfer.ops.attention import default_num_splits
-    from tileinfer.ops.skinny_gemm import skinny_gemm
     from tileinfer.shapes import QWEN3_4B as s
     from tileinfer_profiling.run_info import command_line, run_info
 
     pdl.set_enabled(True)
     info = {**run_info(), "command": command_line(), "weights_kind": "random", "model": "qwen3-4b"}
     bandwidth = measure_read_bandwidth_gbs()
-    hq, hk, d, hidden = s.q_heads, s.kv_heads, s.head_dim, s.hidden
-    gen = torch.Generator(device="cuda").manual_seed(0)
-
-    def randn(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(torch.bfloat16)
-    x = randn(1, hidden)
-    res = randn(1, hidden)
-    rows = []
-    for kv_len in (int(v) for v in args.kv_lens.split(",")):
-        splits = default_num_splits(kv_len)
-        per_copy = ((hq + 2 * hk) * d * hidden + hidden * hq * d + 2 * kv_len * hk * d) * 2
-        copies = max(3, min(16, -(-300_000_000 // per_copy)))
-        w_qkv = [randn((hq + 2 * hk) * d, hidden, scale=hidden ** -0.5) for _ in range(copies)]
-        w_o = [randn(hidden, hq * d, scale=(hq * d) ** -0.5) for _ in range(copies)]
-        caches = [(randn(kv_len, hk, d), randn(kv_len, hk, d)) for _ in range(copies)]
-        states = [state_for(hk, "cuda") for _ in range(copies)]
-        kv_len_t = torch.tensor([kv_len], dtype=torch.int32, device="cuda")
-
-        def chain(variant, o_block_n=16):
-            out = None
-            for i in range(copies):
-                q = skinny_gemm(x, w_qkv[i])[:, :hq * d].view(1, hq, d)
-                k, v = caches[i]
-                if variant.startswith("dataflow") or variant == "split":
-                    out = attention_o(q, k, v, kv_len_t, w_o[i], res, states[i], splits, o_block_n,
-                                      l2_first=variant == "dataflow_l2", launches=2 if variant == "split" else 1)
-                else:
-                    a = decode_attention(q, k, v, kv_len_t, num_splits=splits)
-                    out = a if variant == "qkv_attention" else skinny_gemm(a.view(1, hq * d), w_o[i], residual=res)
-            return out
-
-        q0 = skinny_gemm(x, w_qkv[-1])[:, :hq * d].view(1, hq, d)
-        want = reference(q0, *caches[-1], kv_len, w_o[-1], res).float()
-        variants = [("launches", 16), ("qkv_attention", 16)]
-        variants += [(v, int(b)) for b in args.o_block_n.split(",") for v in ("split", "dataflow", "dataflow_l2")]
-        for variant, o_block_n in variants:
-            got = chain(variant, o_block_n).float()
-            err = "" if variant == "qkv_attention" else f"{((got - want).norm() / want.norm()).item():.2e}"
-            us = do_bench_cudagraph(lambda: chain(variant, o_block_n), rep=200) * 1e3 / copies
-            nbytes = per_copy - (hidden * hq * d * 2 if variant == "qkv_attention" else 0)
-            floor_us = nbytes / (bandwidth * 1e9) * 1e6
-            rows.append(dict(kv_len=kv_len, num_splits=splits, variant=variant,
-                             o_block_n="" if variant in ("launches", "qkv_attention") else o_block_n, us=round(us, 2),
-                             floor_us=round(floor_us, 2), over_floor_us=round(us - floor_us, 2), rel_err=err,
-                             copies=copies, bandwidth_gbs=round(bandwidth, 1), **info))
-            print(variant, o_block_n, kv_len, rows[-1]["us"], "µs, floor", rows[-1]["floor_us"], err, flush=True)
+    dims = (s.q_heads, s.kv_heads, s.head_dim, s.hidden)
+    rows = [{**r, **info} for kv_len in kv_lens for r in measure(
+        kv_len, dims, o_blocks, "cuda", lambda fn: do_bench_cudagraph(fn, rep=200) * 1e3, bandwidth)]
     os.makedirs(args.out, exist_ok=True)
     path = write_rows(rows, os.path.join(args.out, f"attention_o_dataflow_{gpu_tag(info.get('gpu', ''))}.csv"),
                       last=tuple(info))

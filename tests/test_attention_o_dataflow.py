@@ -53,3 +53,20 @@ def test_shapes_that_do_not_fit_are_named(device):
         ao.attention_o(q, k, v, kv_len, w_o, res, ao.state_for(2, device), 2, launches=3)
     with pytest.raises(ValueError, match="state 5"):
         ao.attention_o(q, k, v, kv_len, w_o, res, torch.zeros(5, dtype=torch.int32, device=device), 2)
+
+
+def test_measure_checks_every_variant_against_torch(device):
+    """The bench's rows on tiny heads: every variant but the attention alone agrees with torch, and each
+    carries its floor (the attention alone reads no o_proj weight)."""
+    rows = ao.measure(80, (4, 2, 16, 24), [8, 16], device, lambda fn: (fn(), 1.0)[1], 1.0, copies=2)
+    assert [(r["variant"], r["o_block_n"]) for r in rows] == [
+        ("launches", ""), ("qkv_attention", ""), *((v, b) for b in (8, 16) for v in ao.VARIANTS)]
+    assert all(float(r["rel_err"]) < 2e-2 for r in rows if r["variant"] != "qkv_attention")
+    by = {r["variant"]: r["floor_us"] for r in rows}
+    assert by["launches"] - by["qkv_attention"] == pytest.approx(24 * 64 * 2 / 1e3, abs=0.01)
+
+
+def test_bad_arguments_are_named(capsys):
+    with pytest.raises(SystemExit):
+        ao.main(["--out", "unused", "--o-block-n", "12"])
+    assert "--o-block-n powers of two" in capsys.readouterr().err
