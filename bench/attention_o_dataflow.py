@@ -49,9 +49,9 @@ def _attention_o_kernel(
     num_splits, chunk, qk_scale, n_rows, w_bytes,
     stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_os, stride_oh, stride_ls, stride_wn,
     KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, MERGE_M: tl.constexpr, MERGE_UNROLL: tl.constexpr, O_BLOCK_N: tl.constexpr, SLICE_P2: tl.constexpr,
-    L2_FIRST: tl.constexpr, ROLES: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, MERGE_M: tl.constexpr, MERGE_UNROLL: tl.constexpr, O_BLOCK_N: tl.constexpr,
+    SLICE_P2: tl.constexpr, L2_FIRST: tl.constexpr, ROLES: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """Y = RES + W · attention(q, K, V) for one query token. STATE holds KV_HEADS arrival counters, KV_HEADS
     head flags, the ticket and the o_proj programs' done count; the last o_proj program leaves it zeroed.
