@@ -49,7 +49,9 @@ def phase_row(stamps: torch.Tensor, scale: float) -> dict:
     """Median µs of each phase over the programs, the spreads of their starts and wait releases, and the
     span from the first wait release to the last program's end (`scale`: µs per stamp unit)."""
     ran = stamps[:, 1] > 0  # programs past the KV length leave after their first stamp
-    stamped = stamps[ran] > 0
+    # A slot older than its row's start was stamped by an earlier replay: the merge falls to whichever
+    # program arrives last, not always the same one.
+    stamped = (stamps[ran] > 0) & (stamps[ran] >= stamps[ran, :1])
     # ns since the epoch overflow a double's exact integers: times from the first start, taken in int64
     s = (stamps[ran] - stamps[ran, 0].min() + 1).double() * scale * stamped
     row = {}

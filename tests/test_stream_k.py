@@ -112,3 +112,22 @@ def test_memory_model_holds_the_shared_tiles_partials(monkeypatch):
     monkeypatch.setattr(gemm_configs, "get_config", lambda *a, **kw: GemmConfig(block_n=64, block_k=64, stream_k=1))
     slots = sg.stream_k_slots(n // 2 // 64, k // 64, 132)  # 152 tiles of 40 K-blocks on 132 programs
     assert slots == 2 and model._split_k_bytes(n, k, 16, swiglu=True) == slots * 16 * n * 4
+
+
+def test_stream_k_counts_in_int32_where_no_tile_is_shared(monkeypatch):
+    """One program a tile (slots = 1): the kernel still holds the shared-tile atomics, which a GPU compiles
+    only on an int32 counter (a bf16 one fails as `atomic_xchg does not support bf16`)."""
+    launched = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.append((args, kw))
+    monkeypatch.setattr(sg, "_skinny_gemm_kernel", Recorder())
+    monkeypatch.setattr(sg, "_num_sms", lambda device: 2)
+    x = torch.randn(1, 64).bfloat16()
+    w = torch.randn(96, 64).bfloat16()
+    cfg = GemmConfig(block_n=32, block_k=64, stream_k=1)  # 3 tiles of one K-block on 2 programs
+    assert sg.launch_plan(96, 64, cfg, x.device).slots == 1
+    sg.skinny_gemm(x, w, config=cfg)
+    (args, kw), = launched
+    assert kw["STREAM_K"] and args[7].dtype == torch.int32
