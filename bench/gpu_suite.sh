@@ -31,7 +31,7 @@ rc=${PIPESTATUS[0]}
 elapsed=$(( $(date +%s) - start ))
 versions=$(.venv/bin/python -c "import torch, triton; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', '|', torch.__version__, '|', triton.__version__)" 2>/dev/null || echo "unknown | unknown | unknown")
 gpu=${versions%% |*}
-tag=$(echo "$gpu" | grep -q H200 && echo h200 || echo "$gpu" | tr 'A-Z ' 'a-z_')
+tag=$(echo "$gpu" | grep -oE "H[12]00" | head -1 | tr 'H' 'h'); tag=${tag:-$(echo "$gpu" | tr 'A-Z ' 'a-z_')}
 summary=$(grep -E "[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
 {
   echo "revision: $rev"

@@ -306,5 +306,8 @@ def write_rows(rows, path, last=()):
 
 
 def gpu_tag(gpu):
-    """A GPU name as results files carry it: 'h200', or the name in lower case with underscores."""
-    return "h200" if "H200" in gpu else gpu.replace(" ", "_").lower()
+    """A GPU name as results files carry it: 'h200', 'h100', or the name in lower case with underscores."""
+    for short in ("H200", "H100"):
+        if short in gpu:
+            return short.lower()
+    return gpu.replace(" ", "_").lower()
