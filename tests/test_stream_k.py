@@ -114,9 +114,10 @@ def test_memory_model_holds_the_shared_tiles_partials(monkeypatch):
     assert slots == 2 and model._split_k_bytes(n, k, 16, swiglu=True) == slots * 16 * n * 4
 
 
-def test_stream_k_counts_in_int32_where_no_tile_is_shared(monkeypatch):
-    """One program a tile (slots = 1): the kernel still holds the shared-tile atomics, which a GPU compiles
-    only on an int32 counter (a bf16 one fails as `atomic_xchg does not support bf16`)."""
+def test_stream_k_shares_are_written_where_no_tile_is_shared(monkeypatch):
+    """Each tile whole in one program (slots = 1): the kernel still holds the shared-tile code, which a GPU
+    compiles only on int32 counters and fp32 partials and sums (on y's bf16 it fails: `atomic_xchg does not
+    support bf16`, the sums' type changing in a branch)."""
     launched = []
 
     class Recorder:
@@ -124,10 +125,19 @@ def test_stream_k_counts_in_int32_where_no_tile_is_shared(monkeypatch):
             return lambda *args, **kw: launched.append((args, kw))
     monkeypatch.setattr(sg, "_skinny_gemm_kernel", Recorder())
     monkeypatch.setattr(sg, "_num_sms", lambda device: 2)
-    x = torch.randn(1, 64).bfloat16()
-    w = torch.randn(96, 64).bfloat16()
-    cfg = GemmConfig(block_n=32, block_k=64, stream_k=1)  # 3 tiles of one K-block on 2 programs
-    assert sg.launch_plan(96, 64, cfg, x.device).slots == 1
-    sg.skinny_gemm(x, w, config=cfg)
+    x = torch.randn(1, 128).bfloat16()
+    w = torch.randn(64, 128).bfloat16()
+    cfg = GemmConfig(block_n=32, block_k=64, stream_k=1)  # 2 tiles of 2 K-blocks on 2 programs
+    plan = sg.launch_plan(64, 128, cfg, x.device)
+    assert plan.stream and plan.slots == 1
+    sg.skinny_gemm(x, w, config=cfg, norm=torch.ones(128).bfloat16())
     (args, kw), = launched
-    assert kw["STREAM_K"] and args[7].dtype == torch.int32
+    part, sums, counters = args[5:8]
+    assert kw["STREAM_K"] and (part.dtype, sums.dtype, counters.dtype) == (torch.float32,) * 2 + (torch.int32,)
+
+
+def test_one_k_block_a_tile_launches_per_tile():
+    """Stream-K over tiles of one K-block each would share nothing (Triton 3.6 fails to compile that
+    specialization for sm_90): the plan is the per-tile launch."""
+    plan = sg.launch_plan(128, 64, GemmConfig(block_n=32, block_k=64, stream_k=2), torch.device("cpu"), sms=4)
+    assert not plan.stream and plan.grid == (4, 1) and plan.slots == 1

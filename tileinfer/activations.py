@@ -225,19 +225,20 @@ class ActivationModel:
     def _skinny_split(self, n: int, k: int, m: int, swiglu: bool = False) -> tuple[int, int]:
         """(partial slots, rows of W per program) of the skinny GEMM for this product, as it launches: the
         splits of K, or under stream-K the most programs that share a tile (a fused gate_up's tiles cover
-        its gate half)."""
+        its gate half); 0 slots where no partials are written (the per-tile launch of whole K)."""
         from tileinfer.ops.gemm_configs import get_config
         from tileinfer.ops.skinny_gemm import launch_plan
         device = torch.device("cuda") if self.cuda and torch.cuda.is_available() else torch.device("cpu")
         cfg = get_config(n, k, SKINNY_MAX_M if self.exact else m, "int8" if self.int8 else "bf16",
                          device if device.type == "cuda" else None)
-        return launch_plan(n // 2 if swiglu else n, k, cfg, device).slots, cfg.block_n
+        plan = launch_plan(n // 2 if swiglu else n, k, cfg, device)
+        return plan.slots if plan.slots > 1 or plan.stream else 0, cfg.block_n
 
     def _split_k_bytes(self, n: int, k: int, m: int, swiglu: bool = False) -> int:
         if m > SKINNY_MAX_M:
             return 0
-        split_k, _ = self._skinny_split(n, k, m, swiglu)
-        return self.b(split_k, m, n, e=4) if split_k > 1 else 0
+        slots, _ = self._skinny_split(n, k, m, swiglu)
+        return self.b(slots, m, n, e=4)
 
     def _row_sums_bytes(self, n: int, k: int, m: int) -> int:
         """The row sums [tiles, 16] fp32 a residual GEMM writes for the next folded norm."""
@@ -245,11 +246,11 @@ class ActivationModel:
         return self.b(-(-n // block_n), SKINNY_MAX_M, e=4)
 
     def _norm_sums_bytes(self, n: int, k: int, m: int, swiglu: bool) -> int:
-        """A folded norm's per-split Σx² [splits, tiles, rows per tile] in fp32 (split-K only)."""
-        split_k, block_n = self._skinny_split(n, k, m, swiglu)
+        """A folded norm's per-share Σx² [slots, tiles, rows per tile] in fp32 (where tiles write partials)."""
+        slots, block_n = self._skinny_split(n, k, m, swiglu)
         tiles = -(-(n // 2 if swiglu else n) // block_n)
         rows = 16 if self.exact or m > 1 else 1
-        return self.b(split_k, tiles, rows, e=4) if split_k > 1 else 0
+        return self.b(slots, tiles, rows, e=4)
 
     def _layer_bytes(self, s: ModelShape, t: int, kv_len: int, causal: bool, decode: bool,
                      max_length: int = 0) -> int:

@@ -338,11 +338,13 @@ class LaunchPlan:
 def launch_plan(rows: int, k: int, c: GemmConfig, device: torch.device, argmax: bool = False,
                 sms: int | None = None) -> LaunchPlan:
     """The launch of config `c` over `rows` rows of W (a fused gate_up's gate half) and K = k on `sms` SMs
-    (default the device's); the argmax LM head is never stream-K (its epilogue counts a tile per program)."""
+    (default the device's); the argmax LM head is never stream-K (its epilogue counts a tile per program), nor
+    a product of one K-block a tile (each tile is then a unit: the per-tile launch; Triton 3.6's coalescing
+    pass fails on the stream-K kernel specialized to k_blocks = 1)."""
     block_k = min(c.block_k, _pow2_at_least(k))
     tiles = triton.cdiv(rows, c.block_n)
     k_blocks = triton.cdiv(k, block_k)
-    if c.stream_k and not argmax:
+    if c.stream_k and not argmax and k_blocks > 1:
         programs = min(c.stream_k * (sms or _num_sms(device)), tiles * k_blocks)
         return LaunchPlan(block_k, tiles, k_blocks, stream_k_slots(tiles, k_blocks, programs), k, (programs, 1), True)
     k_per_split = triton.cdiv(triton.cdiv(k, c.split_k), block_k) * block_k
@@ -440,7 +442,7 @@ def skinny_gemm(
         plan = launch_plan(half if swiglu else n, k, c, x.device, argmax)
         block_k, tiles, k_blocks, slots, k_per_split, grid = (plan.block_k, plan.tiles, plan.k_blocks, plan.slots,
                                                                plan.k_per_split, plan.grid)
-        shared = slots > 1
+        shared = slots > 1 or plan.stream  # stream-K's kernel holds the shared-tile code even where no tile is shared
         part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32) if shared else y
         groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
         # stream-K's kernel holds the shared-tile code (its atomics) even where no tile is shared
