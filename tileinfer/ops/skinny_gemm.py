@@ -445,9 +445,8 @@ def skinny_gemm(
         shared = slots > 1 or plan.stream  # stream-K's kernel holds the shared-tile code even where no tile is shared
         part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32) if shared else y
         groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
-        # stream-K's kernel holds the shared-tile code (its atomics) even where no tile is shared
         counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value)
-                    if shared or argmax or plan.stream else part)
+                    if shared or argmax else part)
         tile_keys = torch.empty(tiles, block_m, device=x.device, dtype=torch.int64) if argmax else part
         sums = (torch.empty(slots, tiles, block_m, device=x.device, dtype=torch.float32)
                 if norm_mode in (1, 2) and shared else part)
