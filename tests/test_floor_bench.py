@@ -175,3 +175,15 @@ def test_early_epilogue_and_l2_ahead_measured_each(tmp_path, monkeypatch):
     assert list(zip(table["mode"], table["early_epilogue"], table["l2_ahead"])) == [
         (mode, sums, ahead) for sums in ("off", "on") for ahead in ("on", "off") for mode in ("plain", "dflash")]
     assert (skinny_gemm.early_epilogue_label(), decode_attention.l2_ahead_label()) == before
+
+
+def test_mlp_flow_measured_each(tmp_path, monkeypatch):
+    """`--mlp-flow on,off`: the steps with each MLP's down projection fed by its gate_up's flow, then
+    without; each row labelled, the switch as it was after the run."""
+    from tileinfer.ops import flow
+
+    before = flow.mlp_flow_label()
+    table = tiny_rows(tmp_path, "--mlp-flow", "on,off")
+    assert list(zip(table["mode"], table["mlp_flow"])) == [
+        (mode, flows) for flows in ("on", "off") for mode in ("plain", "dflash")]
+    assert flow.mlp_flow_label() == before

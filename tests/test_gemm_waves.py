@@ -9,7 +9,7 @@ from bench import gemm_waves
 
 
 def test_rows_cover_the_programs_per_sm(tmp_path):
-    gemm_waves.main(["--smoke", "--out", str(tmp_path), "--config", '{"block_n": 16, "prefetch_ahead": 2}'])
+    gemm_waves.main(["--smoke", "--out", str(tmp_path), "--config", '{"block_n": 16, "prefetch_ahead": 2, "split_k": 1, "stream_k": 0}'])
     (path,) = tmp_path.glob("gemm_waves_*.csv")
     table = pd.read_csv(path)
     for kind, rows in table.groupby("kind"):

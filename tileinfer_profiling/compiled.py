@@ -75,6 +75,12 @@ class Case:
 FUSED = {"qkv": ("norm", "folded norm", "norm from sums"), "o": ("residual", "residual + row sums"),
          "gate_up": ("norm", "folded norm", "norm from sums"), "down": ("residual", "residual + row sums"),
          "lm_head": ("argmax",)}
+# The MLP's pair with the flow on (`linear.mlp_add`): the gate_up storing and counting its columns, the down
+# projection reading them as counted
+FLOW_OUT, FLOW_IN = " + flow out", " + flow in"
+FLOWED = {"gate_up": ("", " + norm", " + folded norm", " + norm from sums"),
+          "down": (" + residual", " + residual + row sums")}
+FLOW_OF = {"gate_up": FLOW_OUT, "down": FLOW_IN}
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
@@ -88,6 +94,9 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
            for name, (n, k) in linears.items() for m in (1, 4, 16) for kind in ("bf16", "int8")]
     out += [Case(f"linear {name} + {fused}", f"{n}x{k}", m, kind)
             for name, kinds in FUSED.items() for fused in kinds for m in (1, 16) for kind in ("bf16", "int8")
+            for n, k in [linears[name]]]
+    out += [Case(f"linear {name}{fused}{FLOW_OF[name]}", f"{n}x{k}", m, kind)
+            for name, kinds in FLOWED.items() for fused in kinds for m in (1, 16) for kind in ("bf16", "int8")
             for n, k in [linears[name]]]
     from tileinfer.ops.linear import DEQUANT_MIN_M
     # INT8 linears of a prefill chunk from DEQUANT_MIN_M rows are cuBLAS on a widened weight: ours below it
@@ -376,6 +385,10 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     heads, kv, hd = shape.q_heads, shape.kv_heads, shape.head_dim
     t = case.m
     if case.op.startswith("linear"):
+        op, flow = case.op, 0
+        for marker, value in ((FLOW_OUT, 2), (FLOW_IN, 1)):
+            if op.endswith(marker):
+                op, flow = op.removesuffix(marker), value
         n, k = map(int, case.shape.split("x"))
         x = torch.empty(t, k, dtype=bf16)
         w = torch.empty(n, k, dtype=torch.int8 if case.kind == "int8" else bf16)
@@ -385,13 +398,13 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
             return json.dumps(w8a16_gemm._prefill_config(t).__dict__)
         cfg = (GemmConfig(**json.loads(case.config)) if case.config
                else _lookup(gpu, num_sms, n, k, m_bucket(t), case.kind))
-        name = case.op.split()[1]
-        norm = torch.empty(k, dtype=bf16) if case.op.endswith("+ norm") else None
-        residual = torch.empty(t, n, dtype=bf16) if "+ residual" in case.op else None
-        sums = torch.empty(1, skinny_gemm.MAX_M) if case.op.endswith("norm from sums") else None
+        name = op.split()[1]
+        norm = torch.empty(k, dtype=bf16) if op.endswith("+ norm") else None
+        residual = torch.empty(t, n, dtype=bf16) if "+ residual" in op else None
+        sums = torch.empty(1, skinny_gemm.MAX_M) if op.endswith("norm from sums") else None
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual,
-                                unit_norm=case.op.endswith("+ folded norm"), argmax=case.op.endswith("+ argmax"),
-                                row_sums=case.op.endswith("row sums"), norm_sums=sums)
+                                unit_norm=op.endswith("+ folded norm"), argmax=op.endswith("+ argmax"),
+                                row_sums=op.endswith("row sums"), norm_sums=sums, flow=flow)
         return json.dumps(cfg.as_dict())
     if case.op == "widen_int8":
         n, k = map(int, case.shape.split("x"))

@@ -94,10 +94,13 @@ def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream
         _, sums = ops.linear_add(out, layer.o_proj, residual)
         del qkv, out  # not held through the MLP (the memory plan counts them in attention only)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
-        act = normed_linear(ops, residual, layer.post_attention_layernorm, eps, layer.gate_up_proj,
-                            layer.post_norm_folded, swiglu=True, sums=sums)
-        del sums
-        _, sums = ops.linear_add(act, layer.down_proj, residual)
+        if layer.post_norm_folded and (sums is not None or ops.gemv(residual.shape[0])):
+            _, sums = ops.mlp_add(residual, layer.gate_up_proj, layer.down_proj, residual,
+                                  layer.post_attention_layernorm, eps, folded=True, sums=sums)
+        else:
+            normed = ops.rms_norm(residual, layer.post_attention_layernorm, eps)[0]
+            del sums
+            _, sums = ops.mlp_add(normed, layer.gate_up_proj, layer.down_proj, residual)
     stream[:] = (None, residual, sums)
 
 

@@ -91,6 +91,7 @@ class Ops:
         self.step_kv_decode = backend == "triton" and mode == "decode"
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add, self._linear_argmax = lin.norm_linear, lin.linear_add, lin.linear_argmax
+        self._mlp_add = lin.mlp_add
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":
@@ -176,6 +177,18 @@ class Ops:
                 return self._linear_add(x, lin, residual, self.exact), None
             return self._linear_add(x, lin, residual, self.exact, row_sums=True)
         return residual.add_(self.linear(x, lin)), None
+
+    def mlp_add(self, x, gate_up, down, residual, norm=None, eps: float = 1e-6, folded: bool = False, sums=None):
+        """residual += down(silu(gate) * up) of x's (or with `norm`, rms_norm(x)'s, as `norm_linear` takes
+        `norm`, `folded` and `sums`) gate_up projection, in place; returns (residual, row sums) as
+        `linear_add`. Where our skinny GEMMs run, `linear.mlp_add`."""
+        if self._fused_gemms:
+            sums_out = not self.gemv(x.numel() // x.shape[-1])
+            out = self._mlp_add(x, gate_up, down, residual, self.exact, sums_out, norm, eps, folded, sums)
+            return out if sums_out else (out, None)
+        act = (self.norm_linear(x, norm, eps, gate_up, swiglu=True, folded=folded, sums=sums) if norm is not None
+               else self.linear_swiglu(x, gate_up))
+        return self.linear_add(act, down, residual)
 
     def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
                        ctx: AttentionContext, ahead=None):

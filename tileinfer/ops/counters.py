@@ -22,10 +22,11 @@ def _kept(kind: str, device: torch.device, n: int, dtype: torch.dtype, fill: int
     return buf
 
 
-def arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+def arrival_counters(device: torch.device, n: int, apart: bool = False) -> torch.Tensor:
     """At least `n` zeroed counters on `device`: each kernel that takes them counts its programs' arrivals
-    and leaves them at 0 again."""
-    return _kept("counters", device, max(n, _MIN_COUNTERS), torch.int32, 0)
+    and leaves them at 0 again. `apart`: a second set, for a kernel that runs beside the one before it (a
+    flow's consumer, `tileinfer.ops.flow`), which may still be counting on the first."""
+    return _kept("counters_apart" if apart else "counters", device, max(n, _MIN_COUNTERS), torch.int32, 0)
 
 
 def argmax_slots(device: torch.device, n: int) -> torch.Tensor:

@@ -11,7 +11,8 @@ With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's ex
 `linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
 MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
 RMSNorm before a projection into it, `linear_add` the residual add after one, so a decode step's
-layer needs no norm launch of its own.
+layer needs no norm launch of its own; `mlp_add` is the MLP's pair of them, the down projection reading
+the gate_up's columns as they are stored where the flow is on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.dequant import scale_columns_, scale_columns_ref, widen_int8, widen_int8_ref
+from tileinfer.ops.flow import MLP_FLOW
 from tileinfer.ops.rmsnorm import rms_norm
 from tileinfer.ops.skinny_gemm import MAX_M as SKINNY_MAX_M
 from tileinfer.ops.skinny_gemm import skinny_gemm
@@ -232,13 +234,17 @@ def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, ex
     if not _skinny_ok(x2, lin):
         normed = rms_norm(x2, norm, eps)[0]
         y = linear_swiglu(normed, lin, exact) if swiglu else linear(normed, lin, exact)
-    elif folded and sums is not None:
-        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
-                        swiglu=swiglu, eps=eps, norm_sums=sums)
     else:
-        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
-                        swiglu=swiglu, norm=None if folded else norm, eps=eps, unit_norm=folded)
+        y = _skinny_norm_linear(x2, norm, eps, lin, exact, swiglu, folded, sums)
     return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _skinny_norm_linear(x2, norm, eps, lin: Linear, exact, swiglu, folded, sums, flow: int = 0):
+    if folded and sums is not None:
+        return skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
+                           swiglu=swiglu, eps=eps, norm_sums=sums, flow=flow)
+    return skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
+                       swiglu=swiglu, norm=None if folded else norm, eps=eps, unit_norm=folded, flow=flow)
 
 
 def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False,
@@ -255,6 +261,32 @@ def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool
         return (residual, None) if row_sums else residual
     out = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2,
                       row_sums=row_sums)
+    return (residual, out[1]) if row_sums else residual
+
+
+def mlp_add(x: torch.Tensor, gate_up: Linear, down: Linear, residual: torch.Tensor, exact: bool = False,
+            row_sums: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6, folded: bool = False,
+            sums: torch.Tensor | None = None):
+    """residual += down(silu(gate) * up) of x's fused gate_up projection, in place: `linear_add` of
+    `linear_swiglu` (of `norm_linear`'s with `norm`, `folded` and `sums` as it takes them), with its bits.
+    Where both are our skinny GEMMs and `MLP_FLOW` is on, the down projection reads the SwiGLU's columns
+    as the gate_up's tiles store them (`tileinfer.ops.flow`), not after its last program. Returns what
+    `linear_add` returns."""
+    _check_input(x, gate_up)
+    x2 = x.reshape(-1, gate_up.in_features)
+    r2 = residual.view(-1, down.out_features)
+    if not (MLP_FLOW.on and _skinny_ok(x2, gate_up) and down.device == x.device and r2.dtype == x.dtype
+            and down.in_features * 2 == gate_up.out_features and r2.shape[0] == x2.shape[0]):
+        act = (norm_linear(x, norm, eps, gate_up, exact, swiglu=True, folded=folded, sums=sums)
+               if norm is not None else linear_swiglu(x, gate_up, exact))
+        return linear_add(act, down, residual, exact, row_sums)
+    if norm is not None:
+        act = _skinny_norm_linear(x2, norm, eps, gate_up, exact, True, folded, sums, flow=2)
+    else:
+        act = skinny_gemm(x2, gate_up.qweight if gate_up.is_quantized else gate_up.weight, gate_up.scale,
+                          exact=exact, swiglu=True, flow=2)
+    out = skinny_gemm(act, down.qweight if down.is_quantized else down.weight, down.scale, exact=exact,
+                      residual=r2, row_sums=row_sums, flow=1)
     return (residual, out[1]) if row_sums else residual
 
 

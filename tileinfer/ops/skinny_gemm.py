@@ -43,6 +43,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.argmax_keys import argmax_keys, key_column
 from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
+from tileinfer.ops.flow import consumer_partials, flow_counters, flow_finish, flow_signal
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, num_sms
 from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.skinny_rows import MAX_M, SUM_ROWS, _given_sums, _rows_acc
@@ -115,7 +116,7 @@ def _rms_scale(ss, inv_k, eps):
 @triton.jit(do_not_specialize=["M", "sums_in_tiles", "units"])
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
-    sums_out_ptr,
+    sums_out_ptr, flow_ptr,
     M, N, K, k_per_split, half, inv_k, eps, sums_in_tiles, tiles, k_blocks, units,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -123,7 +124,7 @@ def _skinny_gemm_kernel(
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
     WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
-    STREAM_K: tl.constexpr,
+    STREAM_K: tl.constexpr, FLOW: tl.constexpr,
 ):
     """y[m, n] = sum_k x[m, k] * W[n, k]  (* scale[n]), in x's dtype; K in splits along program_id(1).
 
@@ -152,6 +153,9 @@ def _skinny_gemm_kernel(
     arrive writes the ids and resets the slots (counters after the tiles' own, COUNTER_STRIDE apart).
     EARLY: the epilogue's inputs from the kernel before (NORM 3's sums, RESIDUAL's rows) are loaded right after
     the grid-dependency wait, in `_rows_acc`, not after the K loop.
+    FLOW (`tileinfer.ops.flow`) 1: x is the output of the GEMM launched just before, read as flow_ptr's
+    counters say its columns are stored (no grid-dependency wait); the last program to finish clears them.
+    2: this GEMM is that producer: each finished tile counts its stored columns into flow_ptr.
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
@@ -166,31 +170,35 @@ def _skinny_gemm_kernel(
             k_start = (tl.maximum(u0, t * k_blocks) - t * k_blocks) * BLOCK_K
             k_end = tl.minimum((tl.minimum(u1, (t + 1) * k_blocks) - t * k_blocks) * BLOCK_K, K)
             _tile(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr,
-                  sums_in_ptr, sums_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
+                  sums_in_ptr, sums_out_ptr, flow_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
                   t, p - first, last - first + 1, k_start, k_end, stride_xm, stride_wn, stride_ym,
                   HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, True, NORM, RESIDUAL,
-                  ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD)
+                  ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD, FLOW)
     else:
         pid_k = tl.program_id(1)
         k_start = pid_k * k_per_split
         _tile(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr,
-              sums_in_ptr, sums_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
+              sums_in_ptr, sums_out_ptr, flow_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
               tl.program_id(0), pid_k, tl.num_programs(1), k_start, tl.minimum(k_start + k_per_split, K),
               stride_xm, stride_wn, stride_ym,
               HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PARTIAL, NORM, RESIDUAL,
-              ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD)
+              ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD, FLOW)
+    if FLOW == 1:
+        tl.debug_barrier()
+        flow_finish(flow_ptr, K, tl.num_programs(0) * tl.num_programs(1))
 
 
 @triton.jit
 def _tile(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
-    sums_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles, pid_n, slot, slots, k_start, k_end,
+    sums_out_ptr, flow_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles, pid_n, slot, slots, k_start, k_end,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
     PARTIAL: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, ARGMAX: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr, LINES: tl.constexpr, SUMS_OUT: tl.constexpr, ARGMAX_GROUP: tl.constexpr,
     WORDS: tl.constexpr, EARLY: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
+    FLOW: tl.constexpr,
 ):
     """N-tile pid_n over K in [k_start, k_end): the products, then, where the tile's K is shared (PARTIAL and
     `slots` > 1), this share's partial in slot `slot` and the arrival count; the last share to arrive, or a
@@ -211,9 +219,9 @@ def _tile(
         part_ptrs = part_ptr + slot * M * N + offs_m[None, :] * N + offs_n[:, None]
         mask = n_mask[:, None] & (offs_m < M)[None, :]
     acc, up, ss, res = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
-                                 stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, HAS_SCALE, BLOCK_M,
-                                 BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM, PREFETCH,
-                                 LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS, PREFETCH_AHEAD)
+                                 stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, flow_ptr, K, HAS_SCALE,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM,
+                                 PREFETCH, LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS, PREFETCH_AHEAD, FLOW == 1)
     done = True
     if PARTIAL:
         done = slots == 1
@@ -266,6 +274,9 @@ def _tile(
                 sq = out.to(tl.float32)
                 sq = tl.where(mask, sq * sq, 0.0)
                 tl.store(sums_out_ptr + pid_n * SUM_ROWS + offs_m, tl.sum(sq, axis=0))
+            if FLOW == 2:
+                tl.debug_barrier()  # every thread's stores before the count's release
+                flow_signal(flow_ptr, pid_n * BLOCK_N, tl.minimum(pid_n * BLOCK_N + BLOCK_N, half if SWIGLU else N))
 
 
 @triton.jit
@@ -384,7 +395,7 @@ def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
     residual: torch.Tensor | None = None, unit_norm: bool = False, argmax: bool = False, row_sums: bool = False,
-    norm_sums: torch.Tensor | None = None,
+    norm_sums: torch.Tensor | None = None, flow: int = 0,
 ):
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
@@ -401,6 +412,10 @@ def skinny_gemm(
     `row_sums` (with `residual`): returns (residual, sums), sums [tiles, 16] fp32 holding each tile's Σ of
     the new residual's squares per row. `norm_sums`: such sums of x's rows, for a W that carries the norm's
     weight: y = rms_norm(x, 1, eps) @ W.T with Σx² summed from them instead of from x.
+    `flow` (`tileinfer.ops.flow`): 2 makes this launch a producer whose output's columns are counted as its
+    tiles store them; 1 makes it the consumer launched right after, x being that output: it reads x's
+    K-blocks as they are counted instead of waiting for the producer to finish. Only for a pair launched
+    back to back on one stream, the consumer a plain or residual projection (`linear.norm_mlp_add`).
     """
     m, k = x.shape
     n = w.shape[0]
@@ -417,6 +432,9 @@ def skinny_gemm(
         assert norm_sums.dim() == 2 and norm_sums.shape[1] == MAX_M and norm_sums.dtype == torch.float32 \
             and norm_sums.is_contiguous(), f"norm_sums must be [tiles, {MAX_M}] fp32, got {tuple(norm_sums.shape)}"
     norm_mode = 1 if norm is not None else 2 if unit_norm else 3 if norm_sums is not None else 0
+    assert flow in (0, 1, 2), f"flow is 0, 1 (consumer) or 2 (producer), got {flow!r}"
+    assert not (flow and argmax), "the argmax LM head takes part in no flow"
+    assert flow != 1 or norm_mode == 0, "a flow's consumer reads x as it comes: it folds no norm"
     if residual is not None:
         assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
         assert residual.shape == (m, n) and residual.dtype == x.dtype and residual.stride(1) == 1, \
@@ -435,7 +453,9 @@ def skinny_gemm(
                                                               dtype=x.dtype)
 
     words = block_m == 1 and reads_words(x, w, scale, norm)
-    early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None)
+    # a flow's consumer reads nothing of the kernel before the producer until its first flow wait
+    early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None) and flow != 1
+    flow_buf = flow_counters(x.device, k if flow == 1 else (half if swiglu else n)) if flow else y
 
     def launch(c: GemmConfig):
         nonlocal sums_out
@@ -443,9 +463,15 @@ def skinny_gemm(
         block_k, tiles, k_blocks, slots, k_per_split, grid = (plan.block_k, plan.tiles, plan.k_blocks, plan.slots,
                                                                plan.k_per_split, plan.grid)
         shared = slots > 1 or plan.stream  # stream-K's kernel holds the shared-tile code even where no tile is shared
-        part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32) if shared else y
+        if not shared:
+            part = y
+        elif flow == 1:
+            part = consumer_partials(x.device, (slots, m, n))
+        else:
+            part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32)
         groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
-        counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value)
+        # a consumer's tiles count on counters of their own: the producer may still be counting on the shared ones
+        counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value, apart=flow == 1)
                     if shared or argmax else part)
         tile_keys = torch.empty(tiles, block_m, device=x.device, dtype=torch.int64) if argmax else part
         sums = (torch.empty(slots, tiles, block_m, device=x.device, dtype=torch.float32)
@@ -455,7 +481,7 @@ def skinny_gemm(
         _skinny_gemm_kernel[grid](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
             argmax_slots(x.device, MAX_M) if argmax else y, tile_keys,
-            norm_sums if norm_sums is not None else part, sums_out if row_sums else part,
+            norm_sums if norm_sums is not None else part, sums_out if row_sums else part, flow_buf,
             m, n, k, k_per_split, half, 1.0 / k, eps, norm_sums.shape[0] if norm_sums is not None else 0,
             tiles, k_blocks, tiles * k_blocks,
             x.stride(0), w.stride(0), y.stride(0),
@@ -465,11 +491,11 @@ def skinny_gemm(
             PREFETCH=0 if INTERPRET else min(c.prefetch_k, triton.cdiv(k_per_split, block_k)),
             LINES=max(1, block_k * w.element_size() // 128), SUMS_OUT=row_sums, ARGMAX_GROUP=ARGMAX_GROUP,
             WORDS=words and c.fast_i8, EARLY=early, K_WARPS=_k_warps(c, block_m, block_k),
-            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead, STREAM_K=plan.stream,
+            PREFETCH_AHEAD=0 if INTERPRET else c.prefetch_ahead, STREAM_K=plan.stream, FLOW=flow,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(x.device),
         )
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
-           argmax, row_sums, words, early)
+           argmax, row_sums, words, early, flow)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     return (y, sums_out) if row_sums else y

@@ -16,6 +16,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from tileinfer.ops import INTERPRET
+from tileinfer.ops.flow import flow_ready
 from tileinfer.ops.pdl import prefetch_l2
 
 MAX_M = 16
@@ -129,11 +130,12 @@ def _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M:
 @triton.jit
 def _rows_acc(
     x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm, stride_wn, up_rows, sums_ptr,
-    sums_tiles, res_ptrs, res_mask,
+    sums_tiles, res_ptrs, res_mask, flow_ptr, K,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, TWO: tl.constexpr, PDL: tl.constexpr,
     NORM: tl.constexpr, PREFETCH: tl.constexpr, LINES: tl.constexpr, WORDS: tl.constexpr,
     EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr, K_WARPS: tl.constexpr, PREFETCH_AHEAD: tl.constexpr,
+    FLOW_IN: tl.constexpr,
 ):
     """fp32 sum over k in [k_start, k_end) of x[m, k] * W[n, k] (* scale[n]) for the rows offs_n of W:
     [BLOCK_N] when BLOCK_M == 1 (GEMV), else [BLOCK_N, BLOCK_M] (swap-AB tl.dot, M padded). TWO: also the
@@ -150,7 +152,10 @@ def _rows_acc(
     EARLY_RES: the fourth is the residual stream's tile at res_ptrs, read there too (else a placeholder).
     K_WARPS (tl.dot): each K-block is cut in K_WARPS slices, one batch of a batched dot each, which puts
     that many warps on one tile's rows; the slices' sums are added once, after the loop.
-    PREFETCH_AHEAD: every iteration also asks L2 for the weight K-block that many blocks ahead (`_prefetch_ahead`)."""
+    PREFETCH_AHEAD: every iteration also asks L2 for the weight K-block that many blocks ahead (`_prefetch_ahead`).
+    FLOW_IN: x is another GEMM's output still being written (`tileinfer.ops.flow`): no grid-dependency wait;
+    each K-block first waits for its columns of x (flow_ptr's counters over x's K columns), then reads them
+    from L2."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -160,8 +165,8 @@ def _rows_acc(
             _prefetch_l2(w_ptr, w_rows2, w_mask, k_start, k_end, BLOCK_K, LINES, PREFETCH)
     if BLOCK_M == 1 and WORDS:
         return _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows,
-                               sums_ptr, sums_tiles, res_ptrs, res_mask, BLOCK_N, BLOCK_K, TWO, PDL, NORM, EARLY_SUMS,
-                               EARLY_RES, LINES, PREFETCH_AHEAD)
+                               sums_ptr, sums_tiles, res_ptrs, res_mask, flow_ptr, K, BLOCK_N, BLOCK_K, TWO, PDL, NORM,
+                               EARLY_SUMS, EARLY_RES, LINES, PREFETCH_AHEAD, FLOW_IN)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -171,8 +176,9 @@ def _rows_acc(
         w2_next = w_next
         if TWO:
             w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
-        given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, BLOCK_M, PDL, EARLY_SUMS,
-                                       EARLY_RES)
+        given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, BLOCK_M, PDL and not FLOW_IN,
+                                       EARLY_SUMS, EARLY_RES)
+        ready = k_start
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
@@ -182,7 +188,11 @@ def _rows_acc(
             w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
             if TWO:
                 w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
-            xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
+            if FLOW_IN:
+                ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K)
+                xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0, cache_modifier=".cg").to(tl.float32)
+            else:
+                xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
             if NORM:
                 sq += xk * xk
                 if NORM == 1:
@@ -204,8 +214,8 @@ def _rows_acc(
     else:
         offs_m = tl.arange(0, BLOCK_M)
         m_mask = offs_m < M
-        given, res = _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M, PDL, EARLY_SUMS,
-                                       EARLY_RES)
+        given, res = _wait_then_inputs(sums_ptr, sums_tiles, offs_m, res_ptrs, res_mask, BLOCK_M,
+                                       PDL and not FLOW_IN, EARLY_SUMS, EARLY_RES)
         KS: tl.constexpr = BLOCK_K // K_WARPS
         if K_WARPS > 1:
             acc = tl.zeros((K_WARPS, BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -225,19 +235,28 @@ def _rows_acc(
         if AHEAD:
             offs_k = k_start + tl.arange(0, BLOCK_K)
             xs_next = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & (offs_k < k_end)[None, :], other=0.0)
+        ready = k_start
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
             _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
             if K_WARPS > 1:
                 k3 = k0 + tl.arange(0, K_WARPS)[:, None] * KS + tl.arange(0, KS)[None, :]  # [K_WARPS, KS]
-                xt = tl.load(x_ptr + offs_m[None, None, :] * stride_xm + k3[:, :, None],
-                             mask=m_mask[None, None, :] & (k3 < k_end)[:, :, None], other=0.0)
+                x3 = x_ptr + offs_m[None, None, :] * stride_xm + k3[:, :, None]
+                x3_mask = m_mask[None, None, :] & (k3 < k_end)[:, :, None]
+                if FLOW_IN:
+                    ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K)
+                    xt = tl.load(x3, mask=x3_mask, other=0.0, cache_modifier=".cg")
+                else:
+                    xt = tl.load(x3, mask=x3_mask, other=0.0)
             else:
-                xt = tl.load(
-                    x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
-                    mask=m_mask[None, :] & k_mask[:, None], other=0.0,
-                )
+                x2 = x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None]
+                x2_mask = m_mask[None, :] & k_mask[:, None]
+                if FLOW_IN:
+                    ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K)
+                    xt = tl.load(x2, mask=x2_mask, other=0.0, cache_modifier=".cg")
+                else:
+                    xt = tl.load(x2, mask=x2_mask, other=0.0)
             if NORM:
                 if AHEAD:
                     xs = xs_next.to(tl.float32)
@@ -279,9 +298,9 @@ def _rows_acc(
 
 @triton.jit
 def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, stride_wn, up_rows, sums_ptr,
-                    sums_tiles, res_ptrs, res_mask, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TWO: tl.constexpr,
-                    PDL: tl.constexpr, NORM: tl.constexpr, EARLY_SUMS: tl.constexpr, EARLY_RES: tl.constexpr,
-                    LINES: tl.constexpr, PREFETCH_AHEAD: tl.constexpr):
+                    sums_tiles, res_ptrs, res_mask, flow_ptr, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    TWO: tl.constexpr, PDL: tl.constexpr, NORM: tl.constexpr, EARLY_SUMS: tl.constexpr,
+                    EARLY_RES: tl.constexpr, LINES: tl.constexpr, PREFETCH_AHEAD: tl.constexpr, FLOW_IN: tl.constexpr):
     """`_rows_acc`'s GEMV for int8 weights read as int32 words (WORDS): same results up to summation order."""
     KW: tl.constexpr = BLOCK_K // 4
     byte_rows = w_ptr + offs_n[:, None] * stride_wn
@@ -300,7 +319,9 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
     w2_next = w_next
     if TWO:
         w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
-    given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL, EARLY_SUMS, EARLY_RES)
+    given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL and not FLOW_IN, EARLY_SUMS,
+                                   EARLY_RES)
+    ready = k_start
     for j0 in range(k_start // 4, j_end, KW):
         offs_j = j0 + tl.arange(0, KW)
         _prefetch_ahead(w_ptr, byte_rows, byte_rows + up_rows * stride_wn, w_mask, j0 * 4, k_end, BLOCK_K, LINES, TWO,
@@ -311,7 +332,11 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
         w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
         if TWO:
             w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
-        x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0))
+        if FLOW_IN:
+            ready = flow_ready(flow_ptr, ready, tl.minimum(j0 * 4 + BLOCK_K, k_end), K)
+            x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0, cache_modifier=".cg"))
+        else:
+            x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0))
         if NORM:
             sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
             if NORM == 1:

@@ -1,0 +1,133 @@
+"""The MLP's column flow (`tileinfer.ops.flow`): the down projection reading the gate_up's SwiGLU columns as
+they are stored has the bits of the two launches without it, whatever the consumer's launch (per tile,
+split-K, stream-K; the GEMV, its int8 words and tl.dot), leaves its counters zeroed, and the engine decodes
+the same tokens with it."""
+
+import pytest
+import torch
+
+import tileinfer
+from tests.helpers import gemm_operands, tiny_pair
+from tileinfer.ops import flow as flow_module
+from tileinfer.ops import skinny_gemm as sg
+from tileinfer.ops.gemm_configs import GemmConfig, get_config
+from tileinfer.ops.linear import (Linear, fold_norm_weight, linear_add, linear_swiglu, mlp_add, norm_linear,
+                                  quantize_linear)
+
+HIDDEN, INTER = 200, 1100  # three flow chunks of 512 SwiGLU columns, the last short
+CONSUMERS = {"tile": GemmConfig(block_n=32, block_k=128), "split": GemmConfig(block_n=32, block_k=128, split_k=3),
+             "stream": GemmConfig(block_n=32, block_k=128, stream_k=2)}
+
+
+def _mlp(m, quantized, device, seed):
+    _, gate_up, x, g, _ = gemm_operands(2 * INTER, HIDDEN, m, quantized, seed, device)
+    _, down, _, _, res = gemm_operands(HIDDEN, INTER, m, quantized, seed + 1, device)
+    return gate_up, down, x, g, res
+
+
+@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("m", [1, 3])
+def test_flowed_pair_has_the_bits_of_two_launches(device, m, quantized, consumer, monkeypatch):
+    monkeypatch.setattr(sg, "_num_sms", lambda d: 3)
+    gate_up, down, x, g, res = _mlp(m, quantized, device, 7 * m + quantized)
+    producer = GemmConfig(block_n=32, block_k=64, split_k=2)  # its last arrival stores and counts a tile
+    cfg = CONSUMERS[consumer]
+    want_act = sg.skinny_gemm(x, *gate_up, config=producer, swiglu=True, norm=g)
+    want, want_sums = sg.skinny_gemm(want_act, *down, config=cfg, residual=res.clone(), row_sums=True)
+    act = sg.skinny_gemm(x, *gate_up, config=producer, swiglu=True, norm=g, flow=2)
+    got, sums = sg.skinny_gemm(act, *down, config=cfg, residual=res.clone(), row_sums=True, flow=1)
+    assert torch.equal(act, want_act) and torch.equal(got, want)
+    assert torch.equal(sums[:, :m], want_sums[:, :m])
+    assert not flow_module.flow_counters(device, INTER).any(), "the consumer leaves the counters zeroed"
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_mlp_add_flows_with_the_bits_of_its_two_calls(device, quantized, monkeypatch):
+    """`mlp_add` with the flow on and off, the norm folded into the gate_up (Σx² from the row sums a residual
+    GEMM left, or summed in the GEMV) or not, against `norm_linear` then `linear_add`."""
+    gen = torch.Generator().manual_seed(3)
+    norm = (1 + 0.1 * torch.randn(HIDDEN, generator=gen)).to(device, torch.bfloat16)
+    gate_up = Linear(weight=(torch.randn(2 * INTER, HIDDEN, generator=gen) * HIDDEN ** -0.5).to(device, torch.bfloat16))
+    down = Linear(weight=(torch.randn(HIDDEN, INTER, generator=gen) * INTER ** -0.5).to(device, torch.bfloat16))
+    folded = False
+    if quantized:
+        gate_up, down = quantize_linear(gate_up), quantize_linear(down)
+    else:
+        gate_up, folded = fold_norm_weight(gate_up, norm), True
+        norm = torch.ones_like(norm)
+    for m in (1, 16):
+        stream = (torch.randn(m, HIDDEN, generator=gen) * 3).to(device, torch.bfloat16)
+        sums = linear_add(torch.randn(m, INTER, generator=gen).to(device, torch.bfloat16), down,
+                          torch.zeros_like(stream), row_sums=True)[1] if m > 1 and folded else None
+        want = stream.clone()
+        want, want_sums = linear_add(norm_linear(want, norm, 1e-6, gate_up, swiglu=True, folded=folded, sums=sums),
+                                     down, want, row_sums=True)
+        normed = (stream.float() * torch.rsqrt(stream.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(stream.dtype)
+        plain = linear_add(linear_swiglu(normed, gate_up), down, stream.clone())
+        for on in (False, True):
+            monkeypatch.setattr(flow_module.MLP_FLOW, "on", on)
+            residual = stream.clone()
+            got, got_sums = mlp_add(residual, gate_up, down, residual, row_sums=True, norm=norm, eps=1e-6,
+                                    folded=folded, sums=sums)
+            assert torch.equal(got, want), f"m={m} flow={on}"
+            assert torch.equal(got_sums[:, :m], want_sums[:, :m]), f"m={m} flow={on}: row sums"
+            residual = stream.clone()
+            assert torch.equal(mlp_add(normed, gate_up, down, residual), plain), f"m={m} flow={on}: no norm"
+
+
+def test_flow_misuse_is_named(device):
+    gate_up, down, x, g, res = _mlp(1, False, device, 1)
+    with pytest.raises(AssertionError, match="folds no norm"):
+        act = torch.ones(1, INTER, device=device, dtype=torch.bfloat16)
+        sg.skinny_gemm(act, *down, norm=torch.ones(INTER, device=device, dtype=torch.bfloat16), flow=1)
+    with pytest.raises(AssertionError, match="flow is 0, 1"):
+        sg.skinny_gemm(x, *gate_up, swiglu=True, flow=3)
+    with pytest.raises(AssertionError, match="argmax"):
+        sg.skinny_gemm(x, *gate_up, argmax=True, flow=2)
+
+
+def test_engine_decodes_the_same_tokens_with_the_flow(tmp_path, monkeypatch):
+    """Plain greedy and greedy DFlash (exact mode), fused layers: the same tokens with the MLP flow as
+    without, and DFlash the same as plain."""
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    ids = torch.randint(0, 150, (19,), generator=torch.Generator().manual_seed(8)).tolist()
+    runs = {}
+    for on in (False, True):
+        monkeypatch.setattr(flow_module.MLP_FLOW, "on", on)
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
+        runs[on] = [engine.generate(ids, 12, stop_ids=[], block_size=block).tokens for block in (16, 1)]
+    assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("m", [1, 16])
+def test_qwen3_mlp_flows_in_a_graph(m, quantized):
+    """Qwen3-4B's MLP (2560 → 2 × 9728 → 2560) with the tuned configs, PDL on, captured in a CUDA graph and
+    replayed: every replay has the bits of the pair without the flow (the consumer's programs really run
+    beside the producer's here, and the counters must be zero again for the next replay)."""
+    device = torch.device("cuda")
+    _, gate_up, x, g, _ = gemm_operands(2 * 9728, 2560, m, quantized, m, device)
+    _, down, _, _, res = gemm_operands(2560, 9728, m, quantized, m + 1, device)
+    want_act = sg.skinny_gemm(x, *gate_up, swiglu=True, norm=g)
+    want = sg.skinny_gemm(want_act, *down, residual=res.clone())
+    residual = res.clone()
+
+    def step():
+        residual.copy_(res)
+        act = sg.skinny_gemm(x, *gate_up, swiglu=True, norm=g, flow=2)
+        sg.skinny_gemm(act, *down, residual=residual, flow=1)
+    step()  # compiles
+    assert torch.equal(residual, want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for replay in range(20):
+        residual.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(residual, want), f"replay {replay}"
+    assert not flow_module.flow_counters(device, 9728).any()
+    assert get_config(2560, 9728, m, "int8" if quantized else "bf16", device) is not None

@@ -1,0 +1,104 @@
+"""Column flow between two skinny GEMMs in a row (the MLP's gate_up, then its down projection): the
+producer counts the columns of its output it has stored, FLOW_CHUNK columns to a counter, and the
+consumer's programs, launched while the producer still runs (PDL), wait for the counters of the K-blocks
+they are about to read instead of for the producer's last program. A down program whose K range the
+producer's first tiles make starts on it while the producer's last wave runs.
+
+Why it cannot deadlock: under PDL the consumer's programs become resident only once every producer program
+has started (each triggers its dependents first thing), so no producer program waits for a slot a spinning
+consumer holds. Why the counters start at zero each time: the consumer's last program to finish (a count
+after the chunks) clears them, and the next producer signals only after its own grid-dependency wait, which
+the chain of waits orders after that clearing. The consumer reads nothing else the producer's predecessor
+writes before its first flow wait (the residual rows come in its epilogue), and writes nothing before all
+the counters are full (when every producer program has stored its tiles, so is done with its inputs) except
+its split-K partials, which go to scratch of its own (`consumer_partials`).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from tileinfer.ops import INTERPRET
+from tileinfer.ops.switches import Switch
+
+# The MLP's down projection fed by its gate_up's flow (`linear.mlp_add`); off until a step on the GPU gains
+MLP_FLOW = Switch("TILEINFER_MLP_FLOW")
+set_mlp_flow, mlp_flow_label = MLP_FLOW.set, MLP_FLOW.label
+
+FLOW_CHUNK: tl.constexpr = tl.constexpr(512)  # producer columns per counter
+FLOW_SCAN: tl.constexpr = tl.constexpr(16)  # counters a waiting consumer reads at once
+SLEEP: tl.constexpr = tl.constexpr(not INTERPRET)  # back off between polls (the interpreter has no PTX)
+
+_KEPT: dict = {}
+_RETIRED: list = []  # outgrown buffers stay allocated: CUDA graphs captured on them still replay
+_MIN_SLOTS = 1024
+
+
+def flow_counters(device: torch.device, columns: int) -> torch.Tensor:
+    """Zeroed int32 counters for a flow of `columns` producer columns on `device` (a counter per FLOW_CHUNK
+    columns, then the consumer's finish count), kept for the process: every flow launch leaves them zeroed,
+    and flows run one after another, so one buffer serves them all."""
+    return _kept("counters", device, max(triton.cdiv(columns, FLOW_CHUNK.value) + 1, _MIN_SLOTS), torch.int32)
+
+
+def consumer_partials(device: torch.device, shape: tuple) -> torch.Tensor:
+    """fp32 scratch of `shape` for a consumer's split-K partials, outside the caching allocator: a buffer
+    torch.empty handed it could be one the producer, still running, had and freed."""
+    n = 1
+    for d in shape:
+        n *= d
+    return _kept("partials", device, n, torch.float32)[:n].view(shape)
+
+
+def _kept(kind: str, device: torch.device, n: int, dtype: torch.dtype) -> torch.Tensor:
+    buf = _KEPT.get((kind, device))
+    if buf is None or buf.numel() < n:
+        if buf is not None:
+            _RETIRED.append(buf)
+        buf = _KEPT[(kind, device)] = torch.zeros(n, dtype=dtype, device=device)
+    return buf
+
+
+@triton.jit
+def _backoff(v):
+    if SLEEP:
+        tl.inline_asm_elementwise("nanosleep.u32 200;\n\tmov.u32 $0, $1;", "=r,r", [v], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
+def flow_ready(flow_ptr, ready, need, K):
+    """Wait until x's columns below `need` are stored, given those below `ready` are: the first counters
+    from `ready`'s chunk on are read together (acquire) and the bound moves to the first chunk short of its
+    columns; reads repeat, with a back-off, until it reaches `need`. Returns the new bound."""
+    while ready < need:
+        c0 = ready // FLOW_CHUNK
+        cs = c0 + tl.arange(0, FLOW_SCAN)
+        live = cs * FLOW_CHUNK < K
+        got = tl.atomic_add(flow_ptr + cs, 0, mask=live, sem="acquire")
+        full = (got >= tl.minimum(FLOW_CHUNK, K - cs * FLOW_CHUNK)) | (~live)
+        short = tl.min(tl.where(full, FLOW_SCAN, tl.arange(0, FLOW_SCAN)), axis=0)
+        moved = tl.maximum(ready, (c0 + short) * FLOW_CHUNK)
+        if moved == ready:
+            _backoff(ready)
+        ready = moved
+    return ready
+
+
+@triton.jit
+def flow_signal(flow_ptr, n0, n_end):
+    """Count the stored columns [n0, n_end) of the producer's output into their chunks (release: the tile's
+    stores, ordered before by the caller's barrier, are visible to whoever acquires the count)."""
+    for c in range(n0 // FLOW_CHUNK, (n_end - 1) // FLOW_CHUNK + 1):
+        cols = tl.minimum(n_end, (c + 1) * FLOW_CHUNK) - tl.maximum(n0, c * FLOW_CHUNK)
+        tl.atomic_add(flow_ptr + c, cols, sem="release")
+
+
+@triton.jit
+def flow_finish(flow_ptr, K, programs):
+    """The consumer program's last act: count itself finished; the last of `programs` clears the counters."""
+    chunks = tl.cdiv(K, FLOW_CHUNK)
+    if tl.atomic_add(flow_ptr + chunks, 1, sem="acq_rel") == programs - 1:
+        for c in range(chunks):
+            tl.atomic_xchg(flow_ptr + c, 0, sem="relaxed")
+        tl.atomic_xchg(flow_ptr + chunks, 0, sem="relaxed")
