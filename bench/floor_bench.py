@@ -26,8 +26,9 @@ attention loading it right after the wait (`set_kv_first`); `--early-epilogue of
 without and with the GEMMs reading their epilogue's inputs from the kernel before (a folded norm's row sums, the
 residual rows) right after that wait, not after their K loop (`skinny_gemm.set_early_epilogue`); `--l2-ahead off,on`
 without and with each decode attention asking L2 for the o projection's weight right after that wait, in bulk
-requests shared by its programs (`decode_attention.set_l2_ahead`); `--mlp-flow off,on` without and with
-each MLP's down projection reading the gate_up's columns as they are stored (`flow.set_mlp_flow`); `--num-splits
+requests shared by its programs (`decode_attention.set_l2_ahead`); `--mlp-flow off,on,int8` without and with
+each MLP's down projection reading the gate_up's columns as they are stored, and with it for INT8 GEMVs
+only (`flow.set_mlp_flow`); `--num-splits
 auto,16,24` with the engine's split count for the decode attention and with each count given;
 `--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
 column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
@@ -220,8 +221,8 @@ def main(argv=None):
     parser.add_argument("--l2-ahead", default="off",
                         help="off, on or off,on: the decode attention asks L2 for o_proj's weight after PDL's wait")
     parser.add_argument("--mlp-flow", default=None,
-                        help="off, on or off,on: each MLP's down projection reads the gate_up's columns as they are "
-                             "stored (default: as TILEINFER_MLP_FLOW says)")
+                        help="off, on, int8 (INT8 GEMVs only), comma-separated: each MLP's down projection reads the "
+                             "gate_up's columns as they are stored (default: as TILEINFER_MLP_FLOW says)")
     parser.add_argument("--num-splits", default="auto",
                         help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
     parser.add_argument("--launches", action="store_true",
@@ -250,7 +251,7 @@ def main(argv=None):
                                ("--pdl", args.pdl, ("off", "on")), ("--fuse-norms", args.fuse_norms, ("off", "on")),
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on", "decode")),
                                ("--early-kv", args.early_kv, ("off", "on", "after")), ("--early-epilogue", args.early_epilogue, ("off", "on")),
-                               ("--l2-ahead", args.l2_ahead, ("off", "on")), ("--mlp-flow", args.mlp_flow, ("off", "on"))):
+                               ("--l2-ahead", args.l2_ahead, ("off", "on")), ("--mlp-flow", args.mlp_flow, flow.MLP_FLOW_MODES)):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -282,7 +283,7 @@ def main(argv=None):
     early_before = decode_attention.early_kv_label()
     epilogue_before = skinny_gemm.early_epilogue_label() == "on"
     ahead_before = decode_attention.l2_ahead_label() == "on"
-    flow_before = flow.mlp_flow_label() == "on"
+    flow_before = flow.mlp_flow_label()
     with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
         for setting in args.pdl:
             pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
@@ -300,7 +301,7 @@ def main(argv=None):
                     decode_attention.set_kv_first(early == "after")
                     skinny_gemm.set_early_epilogue(sums == "on")
                     decode_attention.set_l2_ahead(ahead == "on")
-                    flow.set_mlp_flow(flows == "on")
+                    flow.set_mlp_flow(flows)
                     with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
                         first = (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, splits) == (
                             args.fuse_norms[0], args.prefetch_k[0], args.prefetch_ahead[0], args.stream_k[0],

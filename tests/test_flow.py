@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import tileinfer
+from tileinfer.errors import ConfigError
 from tests.helpers import gemm_operands, tiny_pair
 from tileinfer.ops import flow as flow_module
 from tileinfer.ops import skinny_gemm as sg
@@ -66,7 +67,7 @@ def test_mlp_add_flows_with_the_bits_of_its_two_calls(device, quantized, monkeyp
         normed = (stream.float() * torch.rsqrt(stream.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(stream.dtype)
         plain = linear_add(linear_swiglu(normed, gate_up), down, stream.clone())
         for on in (False, True):
-            monkeypatch.setattr(flow_module.MLP_FLOW, "on", on)
+            monkeypatch.setattr(flow_module.MLP_FLOW, "mode", "on" if on else "off")
             residual = stream.clone()
             got, got_sums = mlp_add(residual, gate_up, down, residual, row_sums=True, norm=norm, eps=1e-6,
                                     folded=folded, sums=sums)
@@ -87,6 +88,20 @@ def test_flow_misuse_is_named(device):
         sg.skinny_gemm(x, *gate_up, argmax=True, flow=2)
 
 
+def test_flow_modes(monkeypatch):
+    """"int8" flows INT8 GEMVs only; a mode not known is named, from the environment or set."""
+    setting = flow_module.MLP_FLOW
+    assert [setting.flows(g) for g in (False, True)] == [setting.mode == "on", setting.mode in ("on", "int8")]
+    monkeypatch.setattr(setting, "mode", "int8")
+    assert (setting.flows(False), setting.flows(True)) == (False, True)
+    with pytest.raises(ValueError, match="one of off, on, int8"):
+        setting.set("bf16")
+    assert setting.label() == "int8"
+    monkeypatch.setenv("TILEINFER_MLP_FLOW", "yes")
+    with pytest.raises(ConfigError, match="TILEINFER_MLP_FLOW must be one of off, on, int8, got 'yes'"):
+        type(setting)("TILEINFER_MLP_FLOW", "int8")
+
+
 def test_engine_decodes_the_same_tokens_with_the_flow(tmp_path, monkeypatch):
     """Plain greedy and greedy DFlash (exact mode), fused layers: the same tokens with the MLP flow as
     without, and DFlash the same as plain."""
@@ -95,7 +110,7 @@ def test_engine_decodes_the_same_tokens_with_the_flow(tmp_path, monkeypatch):
     ids = torch.randint(0, 150, (19,), generator=torch.Generator().manual_seed(8)).tolist()
     runs = {}
     for on in (False, True):
-        monkeypatch.setattr(flow_module.MLP_FLOW, "on", on)
+        monkeypatch.setattr(flow_module.MLP_FLOW, "mode", "on" if on else "off")
         engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
         runs[on] = [engine.generate(ids, 12, stop_ids=[], block_size=block).tokens for block in (16, 1)]
     assert runs[True] == runs[False] and runs[True][0] == runs[True][1]

@@ -14,15 +14,43 @@ the counters are full (when every producer program has stored its tiles, so is d
 its split-K partials, which go to scratch of its own (`consumer_partials`).
 """
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
+from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
-from tileinfer.ops.switches import Switch
 
-# The MLP's down projection fed by its gate_up's flow (`linear.mlp_add`); off until a step on the GPU gains
-MLP_FLOW = Switch("TILEINFER_MLP_FLOW")
+# Where the MLP's down projection is fed by its gate_up's flow (`linear.mlp_add`): "on" every skinny MLP,
+# "off" none, "int8" (the default) where the gate_up is an INT8 GEMV. On an H100 (Qwen3-4B shape, random
+# weights, 1k; bench/results/floor_mlp_flow_h100.csv) INT8 plain decode went 333 -> 386 tok/s with it: its
+# gate_up is bound by the int8 conversion, and the down projection's weight streams beside it. BF16 plain
+# decode went 289 -> 282 (its gate_up is bound by bytes already) and the DFlash steps were slower.
+MLP_FLOW_MODES = ("off", "on", "int8")
+
+
+class _FlowSetting:
+    def __init__(self, env: str, default: str):
+        self.mode = os.environ.get(env, default)
+        if self.mode not in MLP_FLOW_MODES:
+            raise ConfigError(f"{env} must be one of {', '.join(MLP_FLOW_MODES)}, got {self.mode!r}")
+
+    def set(self, mode: str) -> None:
+        if mode not in MLP_FLOW_MODES:
+            raise ValueError(f"MLP flow is one of {', '.join(MLP_FLOW_MODES)}, got {mode!r}")
+        self.mode = mode
+
+    def label(self) -> str:
+        return self.mode
+
+    def flows(self, int8_gemv: bool) -> bool:
+        """Whether an MLP whose gate_up is (`int8_gemv`) or is not an INT8 GEMV runs with the flow."""
+        return self.mode == "on" or (self.mode == "int8" and int8_gemv)
+
+
+MLP_FLOW = _FlowSetting("TILEINFER_MLP_FLOW", "int8")
 set_mlp_flow, mlp_flow_label = MLP_FLOW.set, MLP_FLOW.label
 
 FLOW_CHUNK: tl.constexpr = tl.constexpr(512)  # producer columns per counter

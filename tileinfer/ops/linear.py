@@ -269,13 +269,14 @@ def mlp_add(x: torch.Tensor, gate_up: Linear, down: Linear, residual: torch.Tens
             sums: torch.Tensor | None = None):
     """residual += down(silu(gate) * up) of x's fused gate_up projection, in place: `linear_add` of
     `linear_swiglu` (of `norm_linear`'s with `norm`, `folded` and `sums` as it takes them), with its bits.
-    Where both are our skinny GEMMs and `MLP_FLOW` is on, the down projection reads the SwiGLU's columns
+    Where both are our skinny GEMMs and `MLP_FLOW` flows this one, the down projection reads the SwiGLU's columns
     as the gate_up's tiles store them (`tileinfer.ops.flow`), not after its last program. Returns what
     `linear_add` returns."""
     _check_input(x, gate_up)
     x2 = x.reshape(-1, gate_up.in_features)
     r2 = residual.view(-1, down.out_features)
-    if not (MLP_FLOW.on and _skinny_ok(x2, gate_up) and down.device == x.device and r2.dtype == x.dtype
+    int8_gemv = gate_up.is_quantized and x2.shape[0] == 1 and not exact
+    if not (MLP_FLOW.flows(int8_gemv) and _skinny_ok(x2, gate_up) and down.device == x.device and r2.dtype == x.dtype
             and down.in_features * 2 == gate_up.out_features and r2.shape[0] == x2.shape[0]):
         act = (norm_linear(x, norm, eps, gate_up, exact, swiglu=True, folded=folded, sums=sums)
                if norm is not None else linear_swiglu(x, gate_up, exact))

@@ -154,8 +154,8 @@ def _rows_acc(
     that many warps on one tile's rows; the slices' sums are added once, after the loop.
     PREFETCH_AHEAD: every iteration also asks L2 for the weight K-block that many blocks ahead (`_prefetch_ahead`).
     FLOW_IN: x is another GEMM's output still being written (`tileinfer.ops.flow`): no grid-dependency wait;
-    each K-block first waits for its columns of x (flow_ptr's counters over x's K columns), then reads them
-    from L2."""
+    the GEMV waits for each K-block's columns of x (flow_ptr's counters over x's K columns) before it reads
+    them from L2, the tl.dot path for its whole K range before its (pipelined) loop."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -235,7 +235,8 @@ def _rows_acc(
         if AHEAD:
             offs_k = k_start + tl.arange(0, BLOCK_K)
             xs_next = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & (offs_k < k_end)[None, :], other=0.0)
-        ready = k_start
+        if FLOW_IN:  # the whole range at once: a wait inside the loop would leave it unpipelined (no smem ring)
+            flow_ready(flow_ptr, k_start, k_end, K)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
@@ -245,7 +246,6 @@ def _rows_acc(
                 x3 = x_ptr + offs_m[None, None, :] * stride_xm + k3[:, :, None]
                 x3_mask = m_mask[None, None, :] & (k3 < k_end)[:, :, None]
                 if FLOW_IN:
-                    ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K)
                     xt = tl.load(x3, mask=x3_mask, other=0.0, cache_modifier=".cg")
                 else:
                     xt = tl.load(x3, mask=x3_mask, other=0.0)
@@ -253,7 +253,6 @@ def _rows_acc(
                 x2 = x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None]
                 x2_mask = m_mask[None, :] & k_mask[:, None]
                 if FLOW_IN:
-                    ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K)
                     xt = tl.load(x2, mask=x2_mask, other=0.0, cache_modifier=".cg")
                 else:
                     xt = tl.load(x2, mask=x2_mask, other=0.0)
