@@ -11,7 +11,7 @@ from tileinfer.errors import ConfigError
 from tests.helpers import gemm_operands, tiny_pair
 from tileinfer.ops import flow as flow_module
 from tileinfer.ops import skinny_gemm as sg
-from tileinfer.ops.gemm_configs import GemmConfig, get_config
+from tileinfer.ops.gemm_configs import GemmConfig
 from tileinfer.ops.linear import (Linear, fold_norm_weight, linear_add, linear_swiglu, mlp_add, norm_linear,
                                   quantize_linear)
 
@@ -145,4 +145,84 @@ def test_qwen3_mlp_flows_in_a_graph(m, quantized):
         torch.cuda.synchronize()
         assert torch.equal(residual, want), f"replay {replay}"
     assert not flow_module.flow_counters(device, 9728).any()
-    assert get_config(2560, 9728, m, "int8" if quantized else "bf16", device) is not None
+
+
+@pytest.mark.parametrize("t,tokens_per_program", [(1, None), (5, 2), (16, 4)])
+def test_attention_flows_into_the_o_projection(device, t, tokens_per_program, monkeypatch):
+    """The decode attention counting its merged heads' columns (row blocks count their rows), the o
+    projection reading them as they come: the bits of the two launches without, counters left zeroed."""
+    from tileinfer.ops.decode_attention import decode_attention
+
+    heads, kv_heads, hd, context = 8, 2, 64, 300
+    gen = torch.Generator().manual_seed(t)
+    q = torch.randn(t, heads, hd, generator=gen).to(device, torch.bfloat16)
+    k_cache, v_cache = (torch.randn(context + t, kv_heads, hd, generator=gen).to(device, torch.bfloat16)
+                        for _ in range(2))
+    kv_len = torch.tensor([context + t], dtype=torch.int32, device=device)
+    o_proj = Linear(weight=(torch.randn(96, heads * hd, generator=gen) * (heads * hd) ** -0.5).to(device, torch.bfloat16))
+    res = torch.randn(t, 96, generator=gen).to(device, torch.bfloat16)
+    want_out = decode_attention(q, k_cache, v_cache, kv_len, num_splits=3, tokens_per_program=tokens_per_program)
+    want = linear_add(want_out.view(t, heads * hd), o_proj, res.clone())
+    out = decode_attention(q, k_cache, v_cache, kv_len, num_splits=3, tokens_per_program=tokens_per_program, flow=True)
+    got = linear_add(out.view(t, heads * hd), o_proj, res.clone(), flow=True)
+    assert torch.equal(out, want_out) and torch.equal(got, want)
+    assert not flow_module.flow_counters(device, heads * hd).any(), "the o projection leaves the counters zeroed"
+
+
+def test_engine_decodes_the_same_tokens_with_the_o_flow(tmp_path, monkeypatch):
+    """Plain greedy and greedy DFlash (exact mode), fused layers: the same tokens with the attention's flow
+    into the o projection as without, and a consumer that is not our skinny GEMM is refused."""
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    ids = torch.randint(0, 150, (17,), generator=torch.Generator().manual_seed(4)).tolist()
+    runs = {}
+    for on in (False, True):
+        monkeypatch.setattr(flow_module.O_FLOW, "on", on)
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
+        runs[on] = [engine.generate(ids, 10, stop_ids=[], block_size=block).tokens for block in (16, 1)]
+    assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
+    x = torch.ones(20, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a flow's consumer must be our skinny GEMM"):
+        linear_add(x, Linear(weight=torch.ones(4, 8, dtype=torch.bfloat16)), torch.zeros(20, 4, dtype=torch.bfloat16),
+                   flow=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 16])
+def test_qwen3_attention_flows_into_o_in_a_graph(t):
+    """Qwen3-4B's heads at 1k and its o projection (2560 × 4096) with the tuned configs, PDL on, the attention
+    counting its merges for the o projection, captured in a CUDA graph and replayed: the bits of the two
+    launches without the flow every time, the counters zero after."""
+    from tileinfer.ops.attention import SplitPolicy
+    from tileinfer.ops.decode_attention import decode_attention
+    from tileinfer.ops.tuning import section
+
+    device = torch.device("cuda")
+    heads, kv_heads, hd, context = 32, 8, 128, 1024
+    gen = torch.Generator().manual_seed(t)
+    q = torch.randn(t, heads, hd, generator=gen).to(device, torch.bfloat16)
+    k_cache, v_cache = (torch.randn(context + t, kv_heads, hd, generator=gen).to(device, torch.bfloat16)
+                        for _ in range(2))
+    kv_len = torch.tensor([context + t], dtype=torch.int32, device=device)
+    policy = SplitPolicy.from_section(section(device, "decode_attention"))
+    kw = dict(num_splits=policy.num_splits(context + t, t), tokens_per_program=policy.per_program(context + t, t))
+    _, o_w, _, _, res = gemm_operands(2560, heads * hd, t, False, t, device)
+    o_proj = Linear(weight=o_w[0])
+    want = linear_add(decode_attention(q, k_cache, v_cache, kv_len, **kw).view(t, -1), o_proj, res.clone())
+    residual = res.clone()
+
+    def step():
+        residual.copy_(res)
+        out = decode_attention(q, k_cache, v_cache, kv_len, flow=True, **kw)
+        linear_add(out.view(t, -1), o_proj, residual, flow=True)
+    step()
+    assert torch.equal(residual, want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for replay in range(20):
+        residual.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(residual, want), f"replay {replay}"
+    assert not flow_module.flow_counters(device, heads * hd).any()

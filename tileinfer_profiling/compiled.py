@@ -75,12 +75,12 @@ class Case:
 FUSED = {"qkv": ("norm", "folded norm", "norm from sums"), "o": ("residual", "residual + row sums"),
          "gate_up": ("norm", "folded norm", "norm from sums"), "down": ("residual", "residual + row sums"),
          "lm_head": ("argmax",)}
-# The MLP's pair with the flow on (`linear.mlp_add`): the gate_up storing and counting its columns, the down
-# projection reading them as counted
+# The pairs with a flow on (`tileinfer.ops.flow`): the gate_up (or the decode attention) storing and counting
+# its columns, the down (or o) projection reading them as counted
 FLOW_OUT, FLOW_IN = " + flow out", " + flow in"
 FLOWED = {"gate_up": ("", " + norm", " + folded norm", " + norm from sums"),
-          "down": (" + residual", " + residual + row sums")}
-FLOW_OF = {"gate_up": FLOW_OUT, "down": FLOW_IN}
+          "down": (" + residual", " + residual + row sums"), "o": (" + residual", " + residual + row sums")}
+FLOW_OF = {"gate_up": FLOW_OUT, "down": FLOW_IN, "o": FLOW_IN}
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
@@ -117,6 +117,7 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     out += [Case(f"decode attention{STEP_KV}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case(f"drafter attention{STEP_KV}", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case(f"decode attention{STEP_KV if t == 1 else ''}{L2_AHEAD}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
+    out += [Case(f"decode attention{STEP_KV if t == 1 else ''}{FLOW_OUT}", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("prefill attention", f"q{chunk} {heads}/{kv}x{hd}", chunk)]
     out += [Case(f"sample_block{how}", f"{t}x{s.vocab}", t) for how in SAMPLING for t in (1, 16)]
     out += [Case("embedding", f"{t}x{h}", t, kind) for t in (1, 16) for kind in ("bf16", "int8")]
@@ -481,7 +482,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         decode_attention.decode_attention(q, cache, torch.empty_like(cache), kv_len,
                                           causal=case.op.startswith("decode attention"),
                                           num_splits=policy.num_splits(context + t, t), step_kv=step_kv,
-                                          tokens_per_program=per_program, l2_ahead=ahead)
+                                          tokens_per_program=per_program, l2_ahead=ahead,
+                                          flow=case.op.endswith(FLOW_OUT))
     finally:
         decode_attention.l2_ahead_for = on_the_target
     return json.dumps({"tokens_per_program": per_program}) if per_program < t and step_kv is None else ""

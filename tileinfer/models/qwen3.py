@@ -33,15 +33,16 @@ class Qwen3Layer:
 
 
 def self_attention(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, qkv, positions, cos_sin,
-                   k_cache, v_cache, ctx: AttentionContext):
+                   k_cache, v_cache, ctx: AttentionContext, flow: bool = False):
     """Attention output [T, heads × head_dim] of the projected qkv; writes this call's K/V into the cache first.
-    A decode step's attention may ask L2 for o_proj's weight, which the next launch reads (`set_l2_ahead`)."""
+    A decode step's attention may ask L2 for o_proj's weight, which the next launch reads (`set_l2_ahead`),
+    and with `flow` counts its output's columns for the o projection after it (`Ops.attention_flows`)."""
     t, hq, hk, d = qkv.shape[0], config.num_attention_heads, config.num_key_value_heads, config.head_dim
     q = qkv[:, : hq * d].view(t, hq, d)
     k = qkv[:, hq * d: (hq + hk) * d].view(t, hk, d)
     v = qkv[:, (hq + hk) * d:].view(t, hk, d)
     return ops.step_attention(q, k, v, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
-                              k_cache, v_cache, ctx, ahead=layer.o_proj.stored).view(t, hq * d)
+                              k_cache, v_cache, ctx, ahead=layer.o_proj.stored, flow=flow).view(t, hq * d)
 
 
 def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positions, cos_sin,
@@ -90,8 +91,9 @@ def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         qkv = normed_linear(ops, residual, layer.input_layernorm, eps, layer.qkv_proj, layer.input_norm_folded,
                             sums=sums)
-        out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx)
-        _, sums = ops.linear_add(out, layer.o_proj, residual)
+        flow = ops.attention_flows(ctx, residual, layer.o_proj)
+        out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx, flow)
+        _, sums = ops.linear_add(out, layer.o_proj, residual, flow)
         del qkv, out  # not held through the MLP (the memory plan counts them in attention only)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
         if layer.post_norm_folded and (sums is not None or ops.gemv(residual.shape[0])):

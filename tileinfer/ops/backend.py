@@ -7,6 +7,7 @@ from functools import partial
 import torch
 
 from tileinfer.errors import ConfigError
+from tileinfer.ops.flow import O_FLOW
 
 BACKENDS = ("triton", "torch")
 LINEAR_IMPLS = ("ours", "cublas")
@@ -167,16 +168,27 @@ class Ops:
             return self._linear_argmax(x, lm_head, self.exact)
         return self.linear(x, lm_head).argmax(dim=-1)
 
-    def linear_add(self, x, lin, residual):
+    def linear_add(self, x, lin, residual, flow: bool = False):
         """residual += linear(x), in place: one launch where our skinny GEMM runs. Returns (residual, the
         new residual's row sums for the next folded norm, or None): a GEMV's norm sums x² from the x it holds
         in registers for nothing, and summing in the epilogue of the GEMM before it cost a Qwen3-0.6B plain
-        step 0.94 ms against 0.83 (H200, bench/results/floor_norm_stats_h200.csv)."""
+        step 0.94 ms against 0.83 (H200, bench/results/floor_norm_stats_h200.csv). `flow`: x comes from an
+        attention launched with `flow` (`attention_flows`)."""
         if self._fused_gemms:
             if self.gemv(x.numel() // x.shape[-1]):
-                return self._linear_add(x, lin, residual, self.exact), None
-            return self._linear_add(x, lin, residual, self.exact, row_sums=True)
+                return self._linear_add(x, lin, residual, self.exact, flow=flow), None
+            return self._linear_add(x, lin, residual, self.exact, row_sums=True, flow=flow)
+        if flow:
+            raise ValueError("linear_add: a flow's consumer must be our skinny GEMM (Triton backend, our linears)")
         return residual.add_(self.linear(x, lin)), None
+
+    def attention_flows(self, ctx: AttentionContext, residual, o_proj) -> bool:
+        """Whether a step's decode attention counts its output's columns for the o projection's `linear_add`
+        to read as they come (`flow.O_FLOW`): our skinny GEMMs on a decode step (up to 16 tokens, the KV
+        length on the device) whose o projection sits beside the residual stream."""
+        t = residual.numel() // residual.shape[-1]
+        return (O_FLOW.on and self._fused_gemms and ctx.kv_len_t is not None and 1 <= t <= 16
+                and o_proj.device == residual.device)
 
     def mlp_add(self, x, gate_up, down, residual, norm=None, eps: float = 1e-6, folded: bool = False, sums=None):
         """residual += down(silu(gate) * up) of x's (or with `norm`, rms_norm(x)'s, as `norm_linear` takes
@@ -191,21 +203,23 @@ class Ops:
         return self.linear_add(act, down, residual)
 
     def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
-                       ctx: AttentionContext, ahead=None):
+                       ctx: AttentionContext, ahead=None, flow: bool = False):
         """Attention of the projected q, k, v [T, heads, D]: Qwen3's Q/K RMSNorm and RoPE, this call's K/V
         into the caches, then attention over them; with `step_kv`, a decode step does it all in the
         attention's launch (`decode_attention`'s step_kv); with `step_kv_decode`, a one-token step outside
         exact mode does. `ahead`: the weight the next kernel reads, which a decode step's attention asks
-        L2 for after its wait where `decode_attention.set_l2_ahead` is on."""
+        L2 for after its wait where `decode_attention.set_l2_ahead` is on. `flow`: its output's columns are
+        counted for the o projection after it (`attention_flows`)."""
         fused = self.step_kv or (self.step_kv_decode and q.shape[0] == 1 and not self.exact)
         if fused and ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
                                 split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
-                                step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps), l2_ahead=ahead)
+                                step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps), l2_ahead=ahead,
+                                flow=flow)
         q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache)
-        return self.attention(q, k_cache, v_cache, ctx, ahead)
+        return self.attention(q, k_cache, v_cache, ctx, ahead, flow)
 
-    def attention(self, q, k_cache, v_cache, ctx: AttentionContext, ahead=None):
+    def attention(self, q, k_cache, v_cache, ctx: AttentionContext, ahead=None, flow: bool = False):
         if self.backend == "torch":
             t = q.shape[0]
             if self.exact and ctx.causal and ctx.kv_len_t is not None and t > 1:
@@ -217,5 +231,7 @@ class Ops:
         if ctx.kv_len_t is not None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
                                 split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
-                                tokens_per_program=ctx.tokens_per_program, l2_ahead=ahead)
+                                tokens_per_program=ctx.tokens_per_program, l2_ahead=ahead, flow=flow)
+        if flow:
+            raise ValueError("attention: only the decode attention (the KV length on the device) takes part in a flow")
         return self._prefill(q, k_cache, v_cache, ctx.kv_len, ctx.causal)

@@ -49,6 +49,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
+from tileinfer.ops.flow import flow_counters, flow_signal
 from tileinfer.ops.pdl import bulk_prefetch_l2, launch_options, prefetch_l2
 from tileinfer.ops.rope import norm_rope_tile, rope_factors
 from tileinfer.ops.stamps import SLOTS, stamp
@@ -204,7 +205,7 @@ def _merge_head(
 @triton.jit
 def _split_kv_attention_kernel(
     Q, K, V, KV_LEN, MID_O, MID_LSE, OUT, COUNTERS,
-    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS, AHEAD, STAMP_BUF,
+    K_NEW, V_NEW, Q_W, K_W, COS_SIN, POSITIONS, AHEAD, STAMP_BUF, FLOW_PTR,
     num_splits, split_size, qk_scale, eps, ahead_offset, ahead_bytes, ahead_max_kv,
     stride_qt, stride_qh, stride_qd,
     stride_kn, stride_kh,
@@ -218,7 +219,7 @@ def _split_kv_attention_kernel(
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
     TMA: tl.constexpr, EARLY: tl.constexpr, AHEAD_ON: tl.constexpr, AHEAD_PIECE: tl.constexpr,
-    STAMPS: tl.constexpr,
+    STAMPS: tl.constexpr, FLOW: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -242,7 +243,11 @@ def _split_kv_attention_kernel(
     AHEAD_ON: right after the wait the live programs ask L2 for the ahead_bytes at AHEAD + ahead_offset
     (the weight of the projection after this attention), a share each: while the attention's dependent
     loads and merge leave HBM mostly idle, the next kernel's weights stream in. Not past ahead_max_kv
-    positions, where the K/V streaming through L2 would evict those lines before they are read."""
+    positions, where the K/V streaming through L2 would evict those lines before they are read.
+
+    FLOW: each merge counts the columns it stored (its heads × HEAD_DIM, times its token rows) into
+    FLOW_PTR's counters, for the o projection launched after it to read them as they come
+    (`tileinfer.ops.flow`)."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     token0 = tl.program_id(2) * TOKENS
@@ -386,6 +391,10 @@ def _split_kv_attention_kernel(
                     stride_os, stride_ot, stride_oh, stride_ls, stride_lt, stride_out_t, stride_out_h,
                     NUM_Q_TOKENS, TOKENS, GROUP, HEAD_DIM, MERGE_M, MERGE_UNROLL)
         tl.atomic_xchg(counter, 0, sem="relaxed")
+        if FLOW:
+            tl.debug_barrier()  # every thread's stores of the merge before the count's release
+            n0 = kv_head * GROUP * HEAD_DIM
+            flow_signal(FLOW_PTR, n0, n0 + GROUP * HEAD_DIM, tl.minimum(TOKENS, NUM_Q_TOKENS - token0))
         if STAMPS:
             stamp(STAMP_BUF, me, 5, 0.0)
 
@@ -491,6 +500,7 @@ def decode_attention(
     num_stages: int | None = None, step_kv: StepKV | None = None, prefetch_rows: int | None = None,
     tma: bool | None = None, early_kv: bool = False, tokens_per_program: int | None = None,
     l2_ahead: torch.Tensor | None = None, l2_ahead_max_kv: int | None = None, stamps: torch.Tensor | None = None,
+    flow: bool = False,
 ) -> torch.Tensor:
     """Attention of T (1…16) query tokens over the cache, split over ``num_splits`` shares of the
     positions; ``kv_len`` is a 1-element integer tensor on q's device (never read on the host).
@@ -521,6 +531,8 @@ def decode_attention(
     × row blocks, in that order) that gets each program's `%globaltimer` at its start (slot 0), after PDL's
     wait (1), with q ready (2: normed, rotated and the step's K/V written), after its K/V loop (3), after its
     arrival count (4) and, for the program that merged, after the merge (5).
+    ``flow``: the output's columns are counted as the merges store them (`tileinfer.ops.flow`), for a skinny
+    GEMM launched right after with ``flow=1`` (the o projection, `Ops.attention_flows`), which clears them.
     Reference: ``rope.qk_norm_rope_ref`` (to the caches), then ``attention.attention_ref``."""
     # Warps and stages come from the GPU's "decode_attention" section (configs/<gpu>.json), else these
     # defaults, the H200 sweep's winners (q16, 8k and 32k, 16/32 splits, mean µs): BLOCK_N 64 with 4 warps
@@ -595,6 +607,7 @@ def decode_attention(
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions, ahead,
             stamps if stamps is not None else counters,
+            flow_counters(q.device, num_q_heads * head_dim) if flow else counters,
             num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes, ahead_max_kv,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
@@ -609,12 +622,12 @@ def decode_attention(
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
             NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early,
-            AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE, STAMPS=stamps is not None,
+            AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE, STAMPS=stamps is not None, FLOW=flow,
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
-           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None)
+           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None, flow)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out

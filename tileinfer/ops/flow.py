@@ -1,6 +1,7 @@
-"""Column flow between two skinny GEMMs in a row (the MLP's gate_up, then its down projection): the
-producer counts the columns of its output it has stored, FLOW_CHUNK columns to a counter, and the
-consumer's programs, launched while the producer still runs (PDL), wait for the counters of the K-blocks
+"""Column flow from one kernel to the skinny GEMM after it (the MLP's gate_up to its down projection, the
+decode attention to the o projection): the producer counts the columns of its output it has stored (in
+column-rows: a tile of all M rows counts its columns × M, an attention row block its columns × its rows),
+FLOW_CHUNK columns to a counter, and the consumer's programs, launched while the producer still runs (PDL), wait for the counters of the K-blocks
 they are about to read instead of for the producer's last program. A down program whose K range the
 producer's first tiles make starts on it while the producer's last wave runs.
 
@@ -22,6 +23,7 @@ import triton.language as tl
 
 from tileinfer.errors import ConfigError
 from tileinfer.ops import INTERPRET
+from tileinfer.ops.switches import Switch
 
 # Where the MLP's down projection is fed by its gate_up's flow (`linear.mlp_add`): "on" every skinny MLP,
 # "off" none, "int8" (the default) where the gate_up is an INT8 GEMV. On an H100 (Qwen3-4B shape, random
@@ -29,6 +31,9 @@ from tileinfer.ops import INTERPRET
 # gate_up is bound by the int8 conversion, and the down projection's weight streams beside it. BF16 plain
 # decode went 289 -> 282 (its gate_up is bound by bytes already) and the DFlash steps were slower.
 MLP_FLOW_MODES = ("off", "on", "int8")
+# The o projection fed by the decode attention's flow (`Ops.attention_flows`): off until a GPU run gains
+O_FLOW = Switch("TILEINFER_O_FLOW")
+set_o_flow, o_flow_label = O_FLOW.set, O_FLOW.label
 
 
 class _FlowSetting:
@@ -95,16 +100,17 @@ def _backoff(v):
 
 
 @triton.jit
-def flow_ready(flow_ptr, ready, need, K):
-    """Wait until x's columns below `need` are stored, given those below `ready` are: the first counters
-    from `ready`'s chunk on are read together (acquire) and the bound moves to the first chunk short of its
-    columns; reads repeat, with a back-off, until it reaches `need`. Returns the new bound."""
+def flow_ready(flow_ptr, ready, need, K, M):
+    """Wait until x's columns below `need` are stored in all M rows, given those below `ready` are: the
+    first counters from `ready`'s chunk on are read together (acquire) and the bound moves to the first
+    chunk short of its columns × M; reads repeat, with a back-off, until it reaches `need`. Returns the new
+    bound."""
     while ready < need:
         c0 = ready // FLOW_CHUNK
         cs = c0 + tl.arange(0, FLOW_SCAN)
         live = cs * FLOW_CHUNK < K
         got = tl.atomic_add(flow_ptr + cs, 0, mask=live, sem="acquire")
-        full = (got >= tl.minimum(FLOW_CHUNK, K - cs * FLOW_CHUNK)) | (~live)
+        full = (got >= tl.minimum(FLOW_CHUNK, K - cs * FLOW_CHUNK) * M) | (~live)
         short = tl.min(tl.where(full, FLOW_SCAN, tl.arange(0, FLOW_SCAN)), axis=0)
         moved = tl.maximum(ready, (c0 + short) * FLOW_CHUNK)
         if moved == ready:
@@ -114,12 +120,13 @@ def flow_ready(flow_ptr, ready, need, K):
 
 
 @triton.jit
-def flow_signal(flow_ptr, n0, n_end):
-    """Count the stored columns [n0, n_end) of the producer's output into their chunks (release: the tile's
-    stores, ordered before by the caller's barrier, are visible to whoever acquires the count)."""
+def flow_signal(flow_ptr, n0, n_end, rows):
+    """Count the stored columns [n0, n_end) of `rows` rows of the producer's output into their chunks, in
+    column-rows (release: the stores, ordered before by the caller's barrier, are visible to whoever
+    acquires the count)."""
     for c in range(n0 // FLOW_CHUNK, (n_end - 1) // FLOW_CHUNK + 1):
         cols = tl.minimum(n_end, (c + 1) * FLOW_CHUNK) - tl.maximum(n0, c * FLOW_CHUNK)
-        tl.atomic_add(flow_ptr + c, cols, sem="release")
+        tl.atomic_add(flow_ptr + c, cols * rows, sem="release")
 
 
 @triton.jit

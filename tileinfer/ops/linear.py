@@ -248,19 +248,25 @@ def _skinny_norm_linear(x2, norm, eps, lin: Linear, exact, swiglu, folded, sums,
 
 
 def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False,
-               row_sums: bool = False):
+               row_sums: bool = False, flow: bool = False):
     """residual += linear(x, lin), in place (the product rounded to the residual's dtype first, the sum
     rounded once, as rms_norm's residual add does); returns residual. One launch at M <= 16.
     `row_sums`: returns (residual, sums), the sums of the new residual's squares per tile that a folded
-    norm after it takes (`norm_linear(sums=...)`), None where the launch is not our skinny GEMM."""
+    norm after it takes (`norm_linear(sums=...)`), None where the launch is not our skinny GEMM.
+    `flow`: x is the output of the kernel launched just before, which counts its columns as it stores them
+    (`decode_attention(flow=True)`): our skinny GEMM reads them as they come and clears the counts."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     r2 = residual.view(-1, lin.out_features)
-    if not _skinny_ok(x2, lin) or r2.dtype != x.dtype:
+    skinny = _skinny_ok(x2, lin) and r2.dtype == x.dtype
+    if flow and not skinny:
+        raise ValueError(f"linear_add: a flow's consumer must be our skinny GEMM; x {x.dtype} {list(x2.shape)} on "
+                         f"{x.device}, residual {residual.dtype}, weight on {lin.device}")
+    if not skinny:
         residual.add_(linear(x, lin, exact))
         return (residual, None) if row_sums else residual
     out = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2,
-                      row_sums=row_sums)
+                      row_sums=row_sums, flow=1 if flow else 0)
     return (residual, out[1]) if row_sums else residual
 
 

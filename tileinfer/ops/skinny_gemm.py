@@ -276,7 +276,7 @@ def _tile(
                 tl.store(sums_out_ptr + pid_n * SUM_ROWS + offs_m, tl.sum(sq, axis=0))
             if FLOW == 2:
                 tl.debug_barrier()  # every thread's stores before the count's release
-                flow_signal(flow_ptr, pid_n * BLOCK_N, tl.minimum(pid_n * BLOCK_N + BLOCK_N, half if SWIGLU else N))
+                flow_signal(flow_ptr, pid_n * BLOCK_N, tl.minimum(pid_n * BLOCK_N + BLOCK_N, half if SWIGLU else N), M)
 
 
 @triton.jit

@@ -189,7 +189,7 @@ def _rows_acc(
             if TWO:
                 w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
             if FLOW_IN:
-                ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K)
+                ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K, 1)
                 xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0, cache_modifier=".cg").to(tl.float32)
             else:
                 xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
@@ -236,7 +236,7 @@ def _rows_acc(
             offs_k = k_start + tl.arange(0, BLOCK_K)
             xs_next = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & (offs_k < k_end)[None, :], other=0.0)
         if FLOW_IN:  # the whole range at once: a wait inside the loop would leave it unpipelined (no smem ring)
-            flow_ready(flow_ptr, k_start, k_end, K)
+            flow_ready(flow_ptr, k_start, k_end, K, M)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
@@ -332,7 +332,7 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
         if TWO:
             w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
         if FLOW_IN:
-            ready = flow_ready(flow_ptr, ready, tl.minimum(j0 * 4 + BLOCK_K, k_end), K)
+            ready = flow_ready(flow_ptr, ready, tl.minimum(j0 * 4 + BLOCK_K, k_end), K, 1)
             x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0, cache_modifier=".cg"))
         else:
             x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0))
