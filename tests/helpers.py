@@ -35,3 +35,20 @@ def gemm_operands(n, k, m, quantized, seed, device):
     g = (1 + 0.1 * torch.randn(k, generator=gen)).to(device, torch.bfloat16)
     res = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
     return lin, weights, x, g, res
+
+
+def assert_settings_decode_alike(tmp_path, monkeypatch, settings, seed, new_tokens=12):
+    """Under each setting (a callable applied first) a tiny BF16 pair with fused layers, loaded then (Triton
+    backend, exact mode), gives greedy DFlash the tokens of plain greedy decoding, and every setting the
+    same tokens."""
+    import tileinfer
+
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
+    ids = torch.randint(0, 150, (17 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+    runs = []
+    for apply in settings:
+        apply()
+        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
+        runs.append([engine.generate(ids, new_tokens, stop_ids=[], block_size=block).tokens for block in (16, 1)])
+    assert all(run == runs[0] for run in runs) and runs[0][0] == runs[0][1]

@@ -6,9 +6,8 @@ the same tokens with it."""
 import pytest
 import torch
 
-import tileinfer
 from tileinfer.errors import ConfigError
-from tests.helpers import gemm_operands, tiny_pair
+from tests.helpers import assert_settings_decode_alike, gemm_operands
 from tileinfer.ops import flow as flow_module
 from tileinfer.ops import skinny_gemm as sg
 from tileinfer.ops.gemm_configs import GemmConfig
@@ -102,18 +101,21 @@ def test_flow_modes(monkeypatch):
         type(setting)("TILEINFER_MLP_FLOW", "int8")
 
 
-def test_engine_decodes_the_same_tokens_with_the_flow(tmp_path, monkeypatch):
-    """Plain greedy and greedy DFlash (exact mode), fused layers: the same tokens with the MLP flow as
-    without, and DFlash the same as plain."""
-    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
-    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
-    ids = torch.randint(0, 150, (19,), generator=torch.Generator().manual_seed(8)).tolist()
-    runs = {}
-    for on in (False, True):
-        monkeypatch.setattr(flow_module.MLP_FLOW, "mode", "on" if on else "off")
-        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
-        runs[on] = [engine.generate(ids, 12, stop_ids=[], block_size=block).tokens for block in (16, 1)]
-    assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
+def test_engine_decodes_the_same_tokens_with_the_flows(tmp_path, monkeypatch):
+    """Plain greedy and greedy DFlash (exact mode), fused layers: the same tokens with the MLP's and the
+    attention's flows as without, and DFlash the same as plain."""
+    def flows(mlp, o):
+        monkeypatch.setattr(flow_module.MLP_FLOW, "mode", mlp)
+        monkeypatch.setattr(flow_module.O_FLOW, "on", o)
+    assert_settings_decode_alike(tmp_path, monkeypatch, [
+        lambda: flows("off", False), lambda: flows("on", False), lambda: flows("off", True)], seed=8)
+
+
+def test_a_consumer_that_is_not_ours_is_refused():
+    x = torch.ones(20, 8, dtype=torch.bfloat16)  # 20 rows: not a skinny GEMM
+    with pytest.raises(ValueError, match="a flow's consumer must be our skinny GEMM"):
+        linear_add(x, Linear(weight=torch.ones(4, 8, dtype=torch.bfloat16)), torch.zeros(20, 4, dtype=torch.bfloat16),
+                   flow=True)
 
 
 @pytest.mark.gpu
@@ -134,16 +136,7 @@ def test_qwen3_mlp_flows_in_a_graph(m, quantized):
         residual.copy_(res)
         act = sg.skinny_gemm(x, *gate_up, swiglu=True, norm=g, flow=2)
         sg.skinny_gemm(act, *down, residual=residual, flow=1)
-    step()  # compiles
-    assert torch.equal(residual, want)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for replay in range(20):
-        residual.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(residual, want), f"replay {replay}"
+    _replays_hold(step, residual, want)
     assert not flow_module.flow_counters(device, 9728).any()
 
 
@@ -153,12 +146,8 @@ def test_attention_flows_into_the_o_projection(device, t, tokens_per_program, mo
     projection reading them as they come: the bits of the two launches without, counters left zeroed."""
     from tileinfer.ops.decode_attention import decode_attention
 
-    heads, kv_heads, hd, context = 8, 2, 64, 300
-    gen = torch.Generator().manual_seed(t)
-    q = torch.randn(t, heads, hd, generator=gen).to(device, torch.bfloat16)
-    k_cache, v_cache = (torch.randn(context + t, kv_heads, hd, generator=gen).to(device, torch.bfloat16)
-                        for _ in range(2))
-    kv_len = torch.tensor([context + t], dtype=torch.int32, device=device)
+    heads, hd = 8, 64
+    q, k_cache, v_cache, kv_len, gen = _attention_inputs(t, heads, 2, hd, 300, device)
     o_proj = Linear(weight=(torch.randn(96, heads * hd, generator=gen) * (heads * hd) ** -0.5).to(device, torch.bfloat16))
     res = torch.randn(t, 96, generator=gen).to(device, torch.bfloat16)
     want_out = decode_attention(q, k_cache, v_cache, kv_len, num_splits=3, tokens_per_program=tokens_per_program)
@@ -168,23 +157,6 @@ def test_attention_flows_into_the_o_projection(device, t, tokens_per_program, mo
     assert torch.equal(out, want_out) and torch.equal(got, want)
     assert not flow_module.flow_counters(device, heads * hd).any(), "the o projection leaves the counters zeroed"
 
-
-def test_engine_decodes_the_same_tokens_with_the_o_flow(tmp_path, monkeypatch):
-    """Plain greedy and greedy DFlash (exact mode), fused layers: the same tokens with the attention's flow
-    into the o projection as without, and a consumer that is not our skinny GEMM is refused."""
-    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
-    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
-    ids = torch.randint(0, 150, (17,), generator=torch.Generator().manual_seed(4)).tolist()
-    runs = {}
-    for on in (False, True):
-        monkeypatch.setattr(flow_module.O_FLOW, "on", on)
-        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
-        runs[on] = [engine.generate(ids, 10, stop_ids=[], block_size=block).tokens for block in (16, 1)]
-    assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
-    x = torch.ones(20, 8, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="a flow's consumer must be our skinny GEMM"):
-        linear_add(x, Linear(weight=torch.ones(4, 8, dtype=torch.bfloat16)), torch.zeros(20, 4, dtype=torch.bfloat16),
-                   flow=True)
 
 
 @pytest.mark.gpu
@@ -198,12 +170,8 @@ def test_qwen3_attention_flows_into_o_in_a_graph(t):
     from tileinfer.ops.tuning import section
 
     device = torch.device("cuda")
-    heads, kv_heads, hd, context = 32, 8, 128, 1024
-    gen = torch.Generator().manual_seed(t)
-    q = torch.randn(t, heads, hd, generator=gen).to(device, torch.bfloat16)
-    k_cache, v_cache = (torch.randn(context + t, kv_heads, hd, generator=gen).to(device, torch.bfloat16)
-                        for _ in range(2))
-    kv_len = torch.tensor([context + t], dtype=torch.int32, device=device)
+    heads, hd, context = 32, 128, 1024
+    q, k_cache, v_cache, kv_len, _ = _attention_inputs(t, heads, 8, hd, context, device)
     policy = SplitPolicy.from_section(section(device, "decode_attention"))
     kw = dict(num_splits=policy.num_splits(context + t, t), tokens_per_program=policy.per_program(context + t, t))
     _, o_w, _, _, res = gemm_operands(2560, heads * hd, t, False, t, device)
@@ -215,14 +183,29 @@ def test_qwen3_attention_flows_into_o_in_a_graph(t):
         residual.copy_(res)
         out = decode_attention(q, k_cache, v_cache, kv_len, flow=True, **kw)
         linear_add(out.view(t, -1), o_proj, residual, flow=True)
-    step()
+    _replays_hold(step, residual, want)
+    assert not flow_module.flow_counters(device, heads * hd).any()
+
+
+def _attention_inputs(t, heads, kv_heads, hd, context, device):
+    """A step's q [t, heads, hd] over K/V caches of context + t positions (BF16), its KV length on the device,
+    and the generator they came from (seeded by t)."""
+    gen = torch.Generator().manual_seed(t)
+    q = torch.randn(t, heads, hd, generator=gen).to(device, torch.bfloat16)
+    k_cache, v_cache = (torch.randn(context + t, kv_heads, hd, generator=gen).to(device, torch.bfloat16)
+                        for _ in range(2))
+    return q, k_cache, v_cache, torch.tensor([context + t], dtype=torch.int32, device=device), gen
+
+
+def _replays_hold(step, residual, want, replays=20):
+    """`step` eagerly, then captured in a CUDA graph and replayed: `residual` equals `want` every time."""
+    step()  # compiles
     assert torch.equal(residual, want)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    for replay in range(20):
+    for replay in range(replays):
         residual.zero_()
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(residual, want), f"replay {replay}"
-    assert not flow_module.flow_counters(device, heads * hd).any()

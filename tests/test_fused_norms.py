@@ -8,7 +8,7 @@ import torch
 
 import tileinfer
 from tests.conftest import assert_close
-from tests.helpers import tiny_pair
+from tests.helpers import assert_settings_decode_alike, tiny_pair
 from tests.test_exact import assert_dflash_equals_greedy, assert_rows_equal, fuzz_cases, rows_alone
 from tileinfer.errors import ConfigError
 from tileinfer.ops import decode_attention as decode_attention_module
@@ -222,15 +222,8 @@ def test_l2_ahead_decodes_the_same_tokens(tmp_path, monkeypatch):
     """Greedy DFlash (exact mode) and plain greedy decoding with each decode attention asking L2 for its
     layer's o_proj weight (`set_l2_ahead`; bulk requests on an sm_90 GPU, none elsewhere): the same tokens
     as without, and DFlash the same as plain."""
-    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
-    target, draft = tiny_pair(tmp_path, dtype=torch.bfloat16, num_layers=1, num_hidden_layers=2)
-    ids = torch.randint(0, 150, (21,), generator=torch.Generator().manual_seed(5)).tolist()
-    runs = {}
-    for on in (False, True):
-        monkeypatch.setattr(decode_attention_module.L2_AHEAD, "on", on)
-        engine = tileinfer.load(target, draft=draft, weights="bf16", backend="triton", exact=True)
-        runs[on] = [engine.generate(ids, 12, stop_ids=[], block_size=block).tokens for block in (16, 1)]
-    assert runs[True] == runs[False] and runs[True][0] == runs[True][1]
+    assert_settings_decode_alike(tmp_path, monkeypatch, [
+        lambda on=on: monkeypatch.setattr(decode_attention_module.L2_AHEAD, "on", on) for on in (False, True)], seed=5)
 
 
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
