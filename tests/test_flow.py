@@ -39,7 +39,7 @@ def test_flowed_pair_has_the_bits_of_two_launches(device, m, quantized, consumer
     got, sums = sg.skinny_gemm(act, *down, config=cfg, residual=res.clone(), row_sums=True, flow=1)
     assert torch.equal(act, want_act) and torch.equal(got, want)
     assert torch.equal(sums[:, :m], want_sums[:, :m])
-    assert not flow_module.flow_counters(device, INTER).any(), "the consumer leaves the counters zeroed"
+    assert not flow_module.flow_counters(device, INTER, "mlp").any(), "the consumer leaves the counters zeroed"
 
 
 @pytest.mark.parametrize("quantized", [False, True])
@@ -85,6 +85,8 @@ def test_flow_misuse_is_named(device):
         sg.skinny_gemm(x, *gate_up, swiglu=True, flow=3)
     with pytest.raises(AssertionError, match="argmax"):
         sg.skinny_gemm(x, *gate_up, argmax=True, flow=2)
+    with pytest.raises(ValueError, match="a flow's pair is one of mlp, o, got 'qkv'"):
+        sg.skinny_gemm(x, *gate_up, swiglu=True, flow=2, flow_pair="qkv")
 
 
 def test_flow_modes(monkeypatch):
@@ -108,7 +110,8 @@ def test_engine_decodes_the_same_tokens_with_the_flows(tmp_path, monkeypatch):
         monkeypatch.setattr(flow_module.MLP_FLOW, "mode", mlp)
         monkeypatch.setattr(flow_module.O_FLOW, "on", o)
     assert_settings_decode_alike(tmp_path, monkeypatch, [
-        lambda: flows("off", False), lambda: flows("on", False), lambda: flows("off", True)], seed=8)
+        lambda: flows("off", False), lambda: flows("on", False), lambda: flows("off", True),
+        lambda: flows("on", True)], seed=8)
 
 
 def test_a_consumer_that_is_not_ours_is_refused():
@@ -137,7 +140,7 @@ def test_qwen3_mlp_flows_in_a_graph(m, quantized):
         act = sg.skinny_gemm(x, *gate_up, swiglu=True, norm=g, flow=2)
         sg.skinny_gemm(act, *down, residual=residual, flow=1)
     _replays_hold(step, residual, want)
-    assert not flow_module.flow_counters(device, 9728).any()
+    assert not flow_module.flow_counters(device, 9728, "mlp").any()
 
 
 @pytest.mark.parametrize("t,tokens_per_program", [(1, None), (5, 2), (16, 4)])
@@ -155,7 +158,7 @@ def test_attention_flows_into_the_o_projection(device, t, tokens_per_program, mo
     out = decode_attention(q, k_cache, v_cache, kv_len, num_splits=3, tokens_per_program=tokens_per_program, flow=True)
     got = linear_add(out.view(t, heads * hd), o_proj, res.clone(), flow=True)
     assert torch.equal(out, want_out) and torch.equal(got, want)
-    assert not flow_module.flow_counters(device, heads * hd).any(), "the o projection leaves the counters zeroed"
+    assert not flow_module.flow_counters(device, heads * hd, "o").any(), "the o projection leaves the counters zeroed"
 
 
 
@@ -184,7 +187,7 @@ def test_qwen3_attention_flows_into_o_in_a_graph(t):
         out = decode_attention(q, k_cache, v_cache, kv_len, flow=True, **kw)
         linear_add(out.view(t, -1), o_proj, residual, flow=True)
     _replays_hold(step, residual, want)
-    assert not flow_module.flow_counters(device, heads * hd).any()
+    assert not flow_module.flow_counters(device, heads * hd, "o").any()
 
 
 def _attention_inputs(t, heads, kv_heads, hd, context, device):

@@ -607,7 +607,7 @@ def decode_attention(
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions, ahead,
             stamps if stamps is not None else counters,
-            flow_counters(q.device, num_q_heads * head_dim) if flow else counters,
+            flow_counters(q.device, num_q_heads * head_dim, "o") if flow else counters,
             num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes, ahead_max_kv,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),

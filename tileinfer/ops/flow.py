@@ -1,15 +1,17 @@
 """Column flow from one kernel to the skinny GEMM after it (the MLP's gate_up to its down projection, the
 decode attention to the o projection): the producer counts the columns of its output it has stored (in
 column-rows: a tile of all M rows counts its columns × M, an attention row block its columns × its rows),
-FLOW_CHUNK columns to a counter, and the consumer's programs, launched while the producer still runs (PDL), wait for the counters of the K-blocks
-they are about to read instead of for the producer's last program. A down program whose K range the
-producer's first tiles make starts on it while the producer's last wave runs.
+FLOW_CHUNK columns to a counter, and the consumer's programs, launched while the producer still runs
+(PDL), wait for the counters of the K-blocks they are about to read instead of for the producer's last
+program. A down program whose K range the producer's first tiles make starts on it while the producer's
+last wave runs.
 
 Why it cannot deadlock: under PDL the consumer's programs become resident only once every producer program
 has started (each triggers its dependents first thing), so no producer program waits for a slot a spinning
 consumer holds. Why the counters start at zero each time: the consumer's last program to finish (a count
 after the chunks) clears them, and the next producer signals only after its own grid-dependency wait, which
-the chain of waits orders after that clearing. The consumer reads nothing else the producer's predecessor
+the chain of waits orders after that clearing. Each pair has counters of its own (`PAIRS`): a down
+projection may start polling while the o projection before its gate_up still counts on the o pair's. The consumer reads nothing else the producer's predecessor
 writes before its first flow wait (the residual rows come in its epilogue), and writes nothing before all
 the counters are full (when every producer program has stored its tiles, so is done with its inputs) except
 its split-K partials, which go to scratch of its own (`consumer_partials`).
@@ -67,11 +69,17 @@ _RETIRED: list = []  # outgrown buffers stay allocated: CUDA graphs captured on 
 _MIN_SLOTS = 1024
 
 
-def flow_counters(device: torch.device, columns: int) -> torch.Tensor:
-    """Zeroed int32 counters for a flow of `columns` producer columns on `device` (a counter per FLOW_CHUNK
-    columns, then the consumer's finish count), kept for the process: every flow launch leaves them zeroed,
-    and flows run one after another, so one buffer serves them all."""
-    return _kept("counters", device, max(triton.cdiv(columns, FLOW_CHUNK.value) + 1, _MIN_SLOTS), torch.int32)
+PAIRS = ("mlp", "o")  # gate_up -> down, attention -> o
+
+
+def flow_counters(device: torch.device, columns: int, pair: str) -> torch.Tensor:
+    """Zeroed int32 counters of `pair` (one of PAIRS) for a flow of `columns` producer columns on `device` (a
+    counter per FLOW_CHUNK columns, then the consumer's finish count), kept for the process: every flow
+    launch leaves them zeroed, and one pair's flows run one after another, so one buffer serves them all."""
+    if pair not in PAIRS:
+        raise ValueError(f"a flow's pair is one of {', '.join(PAIRS)}, got {pair!r}")
+    return _kept(f"counters {pair}", device, max(triton.cdiv(columns, FLOW_CHUNK.value) + 1, _MIN_SLOTS),
+                 torch.int32)
 
 
 def consumer_partials(device: torch.device, shape: tuple) -> torch.Tensor:

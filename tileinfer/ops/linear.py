@@ -266,7 +266,7 @@ def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool
         residual.add_(linear(x, lin, exact))
         return (residual, None) if row_sums else residual
     out = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2,
-                      row_sums=row_sums, flow=1 if flow else 0)
+                      row_sums=row_sums, flow=1 if flow else 0, flow_pair="o")
     return (residual, out[1]) if row_sums else residual
 
 

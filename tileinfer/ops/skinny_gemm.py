@@ -395,7 +395,7 @@ def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
     residual: torch.Tensor | None = None, unit_norm: bool = False, argmax: bool = False, row_sums: bool = False,
-    norm_sums: torch.Tensor | None = None, flow: int = 0,
+    norm_sums: torch.Tensor | None = None, flow: int = 0, flow_pair: str = "mlp",
 ):
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
@@ -415,7 +415,8 @@ def skinny_gemm(
     `flow` (`tileinfer.ops.flow`): 2 makes this launch a producer whose output's columns are counted as its
     tiles store them; 1 makes it the consumer launched right after, x being that output: it reads x's
     K-blocks as they are counted instead of waiting for the producer to finish. Only for a pair launched
-    back to back on one stream, the consumer a plain or residual projection (`linear.norm_mlp_add`).
+    back to back on one stream, the consumer a plain or residual projection (`linear.mlp_add`), on the
+    counters of `flow_pair` (`flow.PAIRS`).
     """
     m, k = x.shape
     n = w.shape[0]
@@ -455,7 +456,7 @@ def skinny_gemm(
     words = block_m == 1 and reads_words(x, w, scale, norm)
     # a flow's consumer reads nothing of the kernel before the producer until its first flow wait
     early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None) and flow != 1
-    flow_buf = flow_counters(x.device, k if flow == 1 else (half if swiglu else n)) if flow else y
+    flow_buf = flow_counters(x.device, k if flow == 1 else (half if swiglu else n), flow_pair) if flow else y
 
     def launch(c: GemmConfig):
         nonlocal sums_out
