@@ -83,9 +83,10 @@ def test_every_launch_site_compiles_for_the_h200_and_fits():
     attention = table[table["kernel"] == "_split_kv_attention_kernel"]
     # decode, verify and drafter blocks, each also with the step's Q/K norms, RoPE and KV write inside; the
     # verify and drafter blocks again at 1k, where the H200 splits a block's tokens over programs; a decode
-    # and a verify asking L2 for o_proj's weight, in bulk requests (UBLKPF) that no other attention makes
-    assert len(attention) == 10 and (attention["instruction_floor_us"] > 0).all()
-    assert attention["op"].str.contains(STEP_KV, regex=False).sum() == 4
+    # and a verify asking L2 for o_proj's weight, in bulk requests (UBLKPF) that no other attention makes; a
+    # decode and a verify counting their merges for the o projection (`flow`)
+    assert len(attention) == 12 and (attention["instruction_floor_us"] > 0).all()
+    assert attention["op"].str.contains(STEP_KV, regex=False).sum() == 5
     ahead = attention["op"].str.endswith(L2_AHEAD)
     bulk = opcodes[(opcodes["kernel"] == "_split_kv_attention_kernel") & (opcodes["opcode"] == "UBLKPF")
                    & (opcodes["where"] == "kernel")].groupby("op")["count"].sum()
