@@ -17,6 +17,8 @@ cache and of both weights past L2:
 - `dataflow_l2`: the same, each program first asking L2 for a share of o_proj's weight before PDL's wait;
 - `split`: the same programs in two launches, the attention's then o_proj's: what joining them gains,
   apart from how the engine's tuned kernels and these differ;
+- `flow`: the engine's two launches with its column flow (`tileinfer.ops.flow`, `TILEINFER_O_FLOW`): the
+  o_proj's programs read each KV head's columns as the attention's merges count them;
 - `qkv_attention`: the QKV projection and the attention alone, what o_proj adds in `launches`.
 Each row gives µs per chain beside its floor (its bytes over the read bandwidth measured in the run);
 both joined variants are checked against `launches` first. One-token steps in the engine also norm and
@@ -244,15 +246,17 @@ def measure(kv_len: int, dims: tuple, o_blocks, device: str, time_us, bandwidth_
                 out = attention_o(q, k, v, kv_len_t, w_o[i], residuals[i], states[i], splits, o_block_n,
                                   l2_first=variant == "dataflow_l2", launches=2 if variant == "split" else 1)
             else:
-                a = decode_attention(q, k, v, kv_len_t, num_splits=splits)
-                out = a if variant == "qkv_attention" else skinny_gemm(a.view(1, hq * d), w_o[i],
-                                                                       residual=residuals[i])
+                flow = variant == "flow"
+                a = decode_attention(q, k, v, kv_len_t, num_splits=splits, flow=flow)
+                out = a if variant == "qkv_attention" else skinny_gemm(a.view(1, hq * d), w_o[i], residual=residuals[i],
+                                                                       flow=int(flow), flow_pair="o")
         return out
 
     q0 = skinny_gemm(x, w_qkv[-1])[:, :hq * d].view(1, hq, d)
     want = reference(q0, *caches[-1], kv_len, w_o[-1], res0).float()
     rows = []
-    for variant, o_block_n in [("launches", ""), ("qkv_attention", ""), *((v, b) for b in o_blocks for v in VARIANTS)]:
+    for variant, o_block_n in [("launches", ""), ("flow", ""), ("qkv_attention", ""),
+                               *((v, b) for b in o_blocks for v in VARIANTS)]:
         for r in residuals:
             r.copy_(res0)
         got = chain(variant, o_block_n or 16).float()

@@ -12,7 +12,9 @@ A Qwen3 shape's MLP, one token, bf16, random weights, over copies of both weight
   counter when stored; the rest each own 16 rows of down_proj and walk its columns chunk by chunk, each
   weight tile read while they wait for that chunk's counter (the first before PDL's wait);
 - `split`: the same programs in two launches: what joining them gains, apart from how the engine's tuned
-  kernels and these differ.
+  kernels and these differ;
+- `flow`: the engine's two launches with its column flow (`tileinfer.ops.flow`, `TILEINFER_MLP_FLOW`): the
+  down_proj's programs read the SwiGLU's columns as the gate_up's tiles count them.
 Each row gives µs per MLP beside its floor (the weights' bytes over the read bandwidth measured in the
 run); every variant is checked against torch first.
 """
@@ -179,6 +181,8 @@ def measure(hidden: int, inter: int, chunks, device: str, time_us, bandwidth_gbs
             if variant in VARIANTS:
                 out = mlp(x, w_gu[i], w_d[i], residuals[i], states[chunk][i], chunk,
                           launches=2 if variant == "split" else 1)
+            elif variant == "flow":
+                out = skinny_gemm(skinny_gemm(x, w_gu[i], swiglu=True, flow=2), w_d[i], residual=residuals[i], flow=1)
             else:
                 out = skinny_gemm(skinny_gemm(x, w_gu[i], swiglu=True), w_d[i], residual=residuals[i])
         return out
@@ -186,7 +190,7 @@ def measure(hidden: int, inter: int, chunks, device: str, time_us, bandwidth_gbs
     want = reference(x, w_gu[-1], w_d[-1], res0).float()
     floor_us = nbytes / (bandwidth_gbs * 1e9) * 1e6
     rows = []
-    for variant, chunk in [("launches", ""), *((v, c) for c in chunks for v in VARIANTS)]:
+    for variant, chunk in [("launches", ""), ("flow", ""), *((v, c) for c in chunks for v in VARIANTS)]:
         for r in residuals:
             r.copy_(res0)
         got = run(variant, chunk).float()

@@ -60,7 +60,7 @@ def test_measure_checks_every_variant_against_torch(device):
     carries its floor (the attention alone reads no o_proj weight)."""
     rows = ao.measure(80, (4, 2, 16, 24), [8, 16], device, lambda fn: (fn(), 1.0)[1], 1.0, copies=2)
     assert [(r["variant"], r["o_block_n"]) for r in rows] == [
-        ("launches", ""), ("qkv_attention", ""), *((v, b) for b in (8, 16) for v in ao.VARIANTS)]
+        ("launches", ""), ("flow", ""), ("qkv_attention", ""), *((v, b) for b in (8, 16) for v in ao.VARIANTS)]
     assert all(float(r["rel_err"]) < 2e-2 for r in rows if r["variant"] != "qkv_attention")
     by = {r["variant"]: r["floor_us"] for r in rows}
     assert by["launches"] - by["qkv_attention"] == pytest.approx(24 * 64 * 2 / 1e3, abs=0.01)

@@ -49,7 +49,7 @@ def test_shapes_that_do_not_fit_are_named(device):
 def test_measure_checks_every_variant_against_torch(device):
     rows = md.measure(40, 70, [16, 32], device, lambda fn: (fn(), 1.0)[1], 1.0, copies=2)
     assert [(r["variant"], r["chunk"]) for r in rows] == [
-        ("launches", ""), *((v, c) for c in (16, 32) for v in md.VARIANTS)]
+        ("launches", ""), ("flow", ""), *((v, c) for c in (16, 32) for v in md.VARIANTS)]
     assert all(float(r["rel_err"]) < 2e-2 for r in rows)
     assert rows[0]["floor_us"] == pytest.approx(3 * 40 * 70 * 2 / 1e3, abs=0.01)
 
