@@ -173,7 +173,7 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
     if m == 0:
         return x.new_empty(*lead, lin.out_features)
     if m <= SKINNY_MAX_M:
-        y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact)
+        y = skinny_gemm(x2, lin.stored, lin.scale, exact=exact)
     elif lin.is_quantized and m < DEQUANT_MIN_M:
         y = w8a16_gemm(x2, lin.qweight, lin.scale)
     elif lin.is_quantized and x2.is_cuda:  # linear_ref's bits, the passes around cuBLAS at full bandwidth
@@ -194,7 +194,7 @@ def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Te
     m = x2.shape[0]
     if not 1 <= m <= SKINNY_MAX_M or x.device != lin.device:
         return silu_mul(linear(x, lin, exact))
-    y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, swiglu=True)
+    y = skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=True)
     return y.reshape(*x.shape[:-1], lin.out_features // 2)
 
 
@@ -205,7 +205,7 @@ def linear_argmax(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Te
     x2 = x.reshape(-1, lin.in_features)
     if not _skinny_ok(x2, lin):
         return linear(x, lin, exact).argmax(dim=-1)
-    y = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, argmax=True)
+    y = skinny_gemm(x2, lin.stored, lin.scale, exact=exact, argmax=True)
     return y.reshape(x.shape[:-1])
 
 
@@ -241,10 +241,9 @@ def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, ex
 
 def _skinny_norm_linear(x2, norm, eps, lin: Linear, exact, swiglu, folded, sums, flow: int = 0):
     if folded and sums is not None:
-        return skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
-                           swiglu=swiglu, eps=eps, norm_sums=sums, flow=flow)
-    return skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact,
-                       swiglu=swiglu, norm=None if folded else norm, eps=eps, unit_norm=folded, flow=flow)
+        return skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=swiglu, eps=eps, norm_sums=sums, flow=flow)
+    return skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=swiglu, norm=None if folded else norm, eps=eps,
+                       unit_norm=folded, flow=flow)
 
 
 def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False,
@@ -265,7 +264,7 @@ def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool
     if not skinny:
         residual.add_(linear(x, lin, exact))
         return (residual, None) if row_sums else residual
-    out = skinny_gemm(x2, lin.qweight if lin.is_quantized else lin.weight, lin.scale, exact=exact, residual=r2,
+    out = skinny_gemm(x2, lin.stored, lin.scale, exact=exact, residual=r2,
                       row_sums=row_sums, flow=1 if flow else 0, flow_pair="o")
     return (residual, out[1]) if row_sums else residual
 
@@ -287,13 +286,8 @@ def mlp_add(x: torch.Tensor, gate_up: Linear, down: Linear, residual: torch.Tens
         act = (norm_linear(x, norm, eps, gate_up, exact, swiglu=True, folded=folded, sums=sums)
                if norm is not None else linear_swiglu(x, gate_up, exact))
         return linear_add(act, down, residual, exact, row_sums)
-    if norm is not None:
-        act = _skinny_norm_linear(x2, norm, eps, gate_up, exact, True, folded, sums, flow=2)
-    else:
-        act = skinny_gemm(x2, gate_up.qweight if gate_up.is_quantized else gate_up.weight, gate_up.scale,
-                          exact=exact, swiglu=True, flow=2)
-    out = skinny_gemm(act, down.qweight if down.is_quantized else down.weight, down.scale, exact=exact,
-                      residual=r2, row_sums=row_sums, flow=1)
+    act = _skinny_norm_linear(x2, norm, eps, gate_up, exact, True, folded, sums, flow=2)  # no norm: plain
+    out = skinny_gemm(act, down.stored, down.scale, exact=exact, residual=r2, row_sums=row_sums, flow=1)
     return (residual, out[1]) if row_sums else residual
 
 
