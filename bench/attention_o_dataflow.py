@@ -249,7 +249,7 @@ def measure(kv_len: int, dims: tuple, o_blocks, device: str, time_us, bandwidth_
                 flow = variant == "flow"
                 a = decode_attention(q, k, v, kv_len_t, num_splits=splits, flow=flow)
                 out = a if variant == "qkv_attention" else skinny_gemm(a.view(1, hq * d), w_o[i], residual=residuals[i],
-                                                                       flow=int(flow), flow_pair="o")
+                                                                       flow_in="o" if flow else None)
         return out
 
     q0 = skinny_gemm(x, w_qkv[-1])[:, :hq * d].view(1, hq, d)

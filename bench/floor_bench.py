@@ -29,7 +29,9 @@ without and with each decode attention asking L2 for the o projection's weight r
 requests shared by its programs (`decode_attention.set_l2_ahead`); `--mlp-flow off,on,int8` without and with
 each MLP's down projection reading the gate_up's columns as they are stored, and with it for INT8 GEMVs
 only (`flow.set_mlp_flow`); `--o-flow off,on` without and with each o projection reading the decode
-attention's columns as its merges store them (`flow.set_o_flow`); `--num-splits
+attention's columns as its merges store them (`flow.set_o_flow`); `--res-flow off,on,int8` without and with
+each gate_up and the next layer's qkv reading the residual stream's columns as the o and down projections
+store them, and with it where that consumer is an INT8 GEMV (`flow.set_res_flow`); `--num-splits
 auto,16,24` with the engine's split count for the decode attention and with each count given;
 `--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
 column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
@@ -117,7 +119,7 @@ def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers,
                 stream_k=gemm_configs.stream_k(), kv_prefetch=decode_attention.kv_prefetch_label(device),
                 early_kv=decode_attention.early_kv_label(), early_epilogue=skinny_gemm.early_epilogue_label(),
                 l2_ahead=decode_attention.l2_ahead_label(), mlp_flow=flow.mlp_flow_label(),
-                o_flow=flow.o_flow_label(), tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
+                o_flow=flow.o_flow_label(), res_flow=flow.res_flow_label(), tokens_per_step=r["tokens_per_step"], prefill_ms=r["prefill_ms"],
                 drafter_ms=r["drafter_ms"], verify_ms=r["verify_ms"],
                 gpu_idle_ms=r["step_ms"] - r["drafter_ms"] - r["verify_ms"])
 
@@ -131,7 +133,7 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
         fused = {"fuse_norms": "on" if engine.ops.fuse_norms else "off", "step_kv": engine.ops.step_kv_label,
                  "early_kv": decode_attention.early_kv_label(), "early_epilogue": skinny_gemm.early_epilogue_label(),
                  "l2_ahead": decode_attention.l2_ahead_label(), "mlp_flow": flow.mlp_flow_label(),
-                 "o_flow": flow.o_flow_label(),
+                 "o_flow": flow.o_flow_label(), "res_flow": flow.res_flow_label(),
                  "num_splits": num_splits,
                  "prefetch_k": gemm_configs.prefetch_k(), "prefetch_ahead": gemm_configs.prefetch_ahead(),
                  "stream_k": gemm_configs.stream_k()}
@@ -228,6 +230,10 @@ def main(argv=None):
     parser.add_argument("--o-flow", default=None,
                         help="off, on or off,on: each o projection reads the decode attention's columns as its "
                              "merges store them (default: as TILEINFER_O_FLOW says)")
+    parser.add_argument("--res-flow", default=None,
+                        help="off, on, int8 (INT8 GEMV consumers only), comma-separated: each gate_up and the next "
+                             "layer's qkv read the residual stream's columns as the o and down projections store "
+                             "them (default: as TILEINFER_RES_FLOW says)")
     parser.add_argument("--num-splits", default="auto",
                         help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
     parser.add_argument("--launches", action="store_true",
@@ -246,10 +252,11 @@ def main(argv=None):
     args.models, args.weights, args.points = (s.split(",") for s in (args.models, args.weights, args.points))
     args.mlp_flow = args.mlp_flow or flow.mlp_flow_label()
     args.o_flow = args.o_flow or flow.o_flow_label()
+    args.res_flow = args.res_flow or flow.res_flow_label()
     (args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead,
-     args.mlp_flow, args.o_flow, args.num_splits) = (s.split(",") for s in (
+     args.mlp_flow, args.o_flow, args.res_flow, args.num_splits) = (s.split(",") for s in (
         args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead,
-        args.mlp_flow, args.o_flow, args.num_splits))
+        args.mlp_flow, args.o_flow, args.res_flow, args.num_splits))
     bad_splits = [x for x in args.num_splits if x != "auto" and not (x.isdigit() and int(x) >= 1)]
     if bad_splits:
         parser.error(f"--num-splits takes auto or counts >= 1, got {', '.join(bad_splits)}")
@@ -258,7 +265,8 @@ def main(argv=None):
                                ("--kv-prefetch", args.kv_prefetch, ("off", "on")), ("--step-kv", args.step_kv, ("off", "on", "decode")),
                                ("--early-kv", args.early_kv, ("off", "on", "after")), ("--early-epilogue", args.early_epilogue, ("off", "on")),
                                ("--l2-ahead", args.l2_ahead, ("off", "on")), ("--mlp-flow", args.mlp_flow, flow.MLP_FLOW_MODES),
-                               ("--o-flow", args.o_flow, ("off", "on"))):
+                               ("--o-flow", args.o_flow, ("off", "on")),
+                               ("--res-flow", args.res_flow, flow.MLP_FLOW_MODES)):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -292,14 +300,16 @@ def main(argv=None):
     ahead_before = decode_attention.l2_ahead_label() == "on"
     flow_before = flow.mlp_flow_label()
     o_flow_before = flow.o_flow_label() == "on"
+    res_flow_before = flow.res_flow_label()
     with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
         for setting in args.pdl:
             pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
             for model in args.models:
-                for fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows, splits in itertools.product(
+                for (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows, res_flows,
+                     splits) in itertools.product(
                         args.fuse_norms, args.prefetch_k, args.prefetch_ahead, args.stream_k, args.kv_prefetch,
                         args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead, args.mlp_flow, args.o_flow,
-                        args.num_splits):
+                        args.res_flow, args.num_splits):
                     if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
                         continue  # unfused layers have no step_kv: measured once, as "off"
                     gemm_configs.set_prefetch_k(blocks)
@@ -312,12 +322,13 @@ def main(argv=None):
                     decode_attention.set_l2_ahead(ahead == "on")
                     flow.set_mlp_flow(flows)
                     flow.set_o_flow(o_flows == "on")
+                    flow.set_res_flow(res_flows)
                     with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
                         first = (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows,
-                                 splits) == (
+                                 res_flows, splits) == (
                             args.fuse_norms[0], args.prefetch_k[0], args.prefetch_ahead[0], args.stream_k[0],
                             args.kv_prefetch[0], args.step_kv[0], args.early_kv[0], args.early_epilogue[0],
-                            args.l2_ahead[0], args.mlp_flow[0], args.o_flow[0], args.num_splits[0])
+                            args.l2_ahead[0], args.mlp_flow[0], args.o_flow[0], args.res_flow[0], args.num_splits[0])
                         measure_model(model, args, bandwidth, record, cublas=first,
                                       record_sites=record_sites if args.launches else None, num_splits=splits)
                     # written after each model, so a run cut short keeps what it measured
@@ -327,7 +338,8 @@ def main(argv=None):
                     if gap_table:
                         write_rows(gap_table, out / f"floor_gaps_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
                     print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, ahead {in_loop}, stream-K {streams}, K/V prefetch {kv}, "
-                          f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, MLP flow {flows}, o flow {o_flows}, splits {splits}: done at "
+                          f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, MLP flow {flows}, o flow {o_flows}, residual flow {res_flows}, "
+                          f"splits {splits}: done at "
                           f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     gemm_configs.set_prefetch_ahead(0)
@@ -339,17 +351,18 @@ def main(argv=None):
     decode_attention.set_l2_ahead(ahead_before)
     flow.set_mlp_flow(flow_before)
     flow.set_o_flow(o_flow_before)
+    flow.set_res_flow(res_flow_before)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'pfa':>3} {'sk':>2} {'kv':>3} "
-          f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'flow':>4} {'oflw':>4} {'splits':>6}")
+          f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'flow':>4} {'oflw':>4} {'rflw':>4} {'splits':>6}")
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['prefetch_ahead']:3} {r['stream_k']:2} {r['kv_prefetch']:>3} "
               f"{r['step_kv']:>3} {r['early_kv']:>5} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['mlp_flow']:>4} "
-              f"{r['o_flow']:>4} {r['num_splits']:>6}")
+              f"{r['o_flow']:>4} {r['res_flow']:>4} {r['num_splits']:>6}")
     if site_table:
         print_over_floor(site_table)
     if gap_table:
@@ -358,7 +371,7 @@ def main(argv=None):
 
 
 SWITCHES = ("point", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "stream_k", "step_kv", "early_kv", "early_epilogue",
-            "l2_ahead", "mlp_flow", "o_flow", "num_splits")
+            "l2_ahead", "mlp_flow", "o_flow", "res_flow", "num_splits")
 
 
 def by_setting(df, keys):

@@ -182,7 +182,8 @@ def measure(hidden: int, inter: int, chunks, device: str, time_us, bandwidth_gbs
                 out = mlp(x, w_gu[i], w_d[i], residuals[i], states[chunk][i], chunk,
                           launches=2 if variant == "split" else 1)
             elif variant == "flow":
-                out = skinny_gemm(skinny_gemm(x, w_gu[i], swiglu=True, flow=2), w_d[i], residual=residuals[i], flow=1)
+                out = skinny_gemm(skinny_gemm(x, w_gu[i], swiglu=True, flow_out="mlp"), w_d[i], residual=residuals[i],
+                                  flow_in="mlp")
             else:
                 out = skinny_gemm(skinny_gemm(x, w_gu[i], swiglu=True), w_d[i], residual=residuals[i])
         return out

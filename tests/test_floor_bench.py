@@ -179,12 +179,13 @@ def test_early_epilogue_and_l2_ahead_measured_each(tmp_path, monkeypatch):
 
 def test_mlp_flow_measured_each(tmp_path, monkeypatch):
     """`--mlp-flow on,off`: the steps with each MLP's down projection fed by its gate_up's flow, then
-    without, both with the o projections fed by their attention's (`--o-flow on`); each row labelled, the
-    switches as they were after the run."""
+    without, both with the o projections fed by their attention's (`--o-flow on`) and the folded-norm
+    projections by the residual ones (`--res-flow on`); each row labelled, the switches as they were after
+    the run."""
     from tileinfer.ops import flow
 
-    before = flow.mlp_flow_label(), flow.o_flow_label()
-    table = tiny_rows(tmp_path, "--mlp-flow", "on,off", "--o-flow", "on")
-    assert list(zip(table["mode"], table["mlp_flow"], table["o_flow"])) == [
-        (mode, flows, "on") for flows in ("on", "off") for mode in ("plain", "dflash")]
-    assert (flow.mlp_flow_label(), flow.o_flow_label()) == before
+    before = flow.mlp_flow_label(), flow.o_flow_label(), flow.res_flow_label()
+    table = tiny_rows(tmp_path, "--mlp-flow", "on,off", "--o-flow", "on", "--res-flow", "on")
+    assert list(zip(table["mode"], table["mlp_flow"], table["o_flow"], table["res_flow"])) == [
+        (mode, flows, "on", "on") for flows in ("on", "off") for mode in ("plain", "dflash")]
+    assert (flow.mlp_flow_label(), flow.o_flow_label(), flow.res_flow_label()) == before

@@ -35,8 +35,8 @@ def test_flowed_pair_has_the_bits_of_two_launches(device, m, quantized, consumer
     cfg = CONSUMERS[consumer]
     want_act = sg.skinny_gemm(x, *gate_up, config=producer, swiglu=True, norm=g)
     want, want_sums = sg.skinny_gemm(want_act, *down, config=cfg, residual=res.clone(), row_sums=True)
-    act = sg.skinny_gemm(x, *gate_up, config=producer, swiglu=True, norm=g, flow=2)
-    got, sums = sg.skinny_gemm(act, *down, config=cfg, residual=res.clone(), row_sums=True, flow=1)
+    act = sg.skinny_gemm(x, *gate_up, config=producer, swiglu=True, norm=g, flow_out="mlp")
+    got, sums = sg.skinny_gemm(act, *down, config=cfg, residual=res.clone(), row_sums=True, flow_in="mlp")
     assert torch.equal(act, want_act) and torch.equal(got, want)
     assert torch.equal(sums[:, :m], want_sums[:, :m])
     assert not flow_module.flow_counters(device, INTER, "mlp").any(), "the consumer leaves the counters zeroed"
@@ -78,15 +78,10 @@ def test_mlp_add_flows_with_the_bits_of_its_two_calls(device, quantized, monkeyp
 
 def test_flow_misuse_is_named(device):
     gate_up, down, x, g, res = _mlp(1, False, device, 1)
-    with pytest.raises(AssertionError, match="folds no norm"):
-        act = torch.ones(1, INTER, device=device, dtype=torch.bfloat16)
-        sg.skinny_gemm(act, *down, norm=torch.ones(INTER, device=device, dtype=torch.bfloat16), flow=1)
-    with pytest.raises(AssertionError, match="flow is 0, 1"):
-        sg.skinny_gemm(x, *gate_up, swiglu=True, flow=3)
     with pytest.raises(AssertionError, match="argmax"):
-        sg.skinny_gemm(x, *gate_up, argmax=True, flow=2)
-    with pytest.raises(ValueError, match="a flow's pair is one of mlp, o, got 'qkv'"):
-        sg.skinny_gemm(x, *gate_up, swiglu=True, flow=2, flow_pair="qkv")
+        sg.skinny_gemm(x, *gate_up, argmax=True, flow_out="mlp")
+    with pytest.raises(ValueError, match="a flow's pair is one of mlp, o, gate_up, qkv, got 'up'"):
+        sg.skinny_gemm(x, *gate_up, swiglu=True, flow_out="up")
 
 
 def test_flow_modes(monkeypatch):
@@ -100,7 +95,7 @@ def test_flow_modes(monkeypatch):
     assert setting.label() == "int8"
     monkeypatch.setenv("TILEINFER_MLP_FLOW", "yes")
     with pytest.raises(ConfigError, match="TILEINFER_MLP_FLOW must be one of off, on, int8, got 'yes'"):
-        type(setting)("TILEINFER_MLP_FLOW", "int8")
+        type(setting)("TILEINFER_MLP_FLOW", "int8", "MLP flow")
 
 
 def test_engine_decodes_the_same_tokens_with_the_flows(tmp_path, monkeypatch):
@@ -114,11 +109,16 @@ def test_engine_decodes_the_same_tokens_with_the_flows(tmp_path, monkeypatch):
         lambda: flows("on", True)], seed=8)
 
 
-def test_a_consumer_that_is_not_ours_is_refused():
+def test_a_flow_end_that_is_not_ours_is_refused():
     x = torch.ones(20, 8, dtype=torch.bfloat16)  # 20 rows: not a skinny GEMM
-    with pytest.raises(ValueError, match="a flow's consumer must be our skinny GEMM"):
-        linear_add(x, Linear(weight=torch.ones(4, 8, dtype=torch.bfloat16)), torch.zeros(20, 4, dtype=torch.bfloat16),
-                   flow=True)
+    lin = Linear(weight=torch.ones(4, 8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="linear_add: a flow's ends must be our skinny GEMMs"):
+        linear_add(x, lin, torch.zeros(20, 4, dtype=torch.bfloat16), flow_in="o")
+    with pytest.raises(ValueError, match="linear_add: a flow's ends must be our skinny GEMMs"):
+        linear_add(x, lin, torch.zeros(20, 4, dtype=torch.bfloat16), flow_out="gate_up")
+    with pytest.raises(ValueError, match="norm_linear: a flow's ends must be our skinny GEMMs"):
+        norm_linear(torch.ones(20, 4, dtype=torch.bfloat16), torch.ones(4, dtype=torch.bfloat16), 1e-6,
+                    Linear(weight=torch.ones(8, 4, dtype=torch.bfloat16)), flow_in="qkv")
 
 
 @pytest.mark.gpu
@@ -137,8 +137,8 @@ def test_qwen3_mlp_flows_in_a_graph(m, quantized):
 
     def step():
         residual.copy_(res)
-        act = sg.skinny_gemm(x, *gate_up, swiglu=True, norm=g, flow=2)
-        sg.skinny_gemm(act, *down, residual=residual, flow=1)
+        act = sg.skinny_gemm(x, *gate_up, swiglu=True, norm=g, flow_out="mlp")
+        sg.skinny_gemm(act, *down, residual=residual, flow_in="mlp")
     _replays_hold(step, residual, want)
     assert not flow_module.flow_counters(device, 9728, "mlp").any()
 
@@ -156,7 +156,7 @@ def test_attention_flows_into_the_o_projection(device, t, tokens_per_program, mo
     want_out = decode_attention(q, k_cache, v_cache, kv_len, num_splits=3, tokens_per_program=tokens_per_program)
     want = linear_add(want_out.view(t, heads * hd), o_proj, res.clone())
     out = decode_attention(q, k_cache, v_cache, kv_len, num_splits=3, tokens_per_program=tokens_per_program, flow=True)
-    got = linear_add(out.view(t, heads * hd), o_proj, res.clone(), flow=True)
+    got = linear_add(out.view(t, heads * hd), o_proj, res.clone(), flow_in="o")
     assert torch.equal(out, want_out) and torch.equal(got, want)
     assert not flow_module.flow_counters(device, heads * hd, "o").any(), "the o projection leaves the counters zeroed"
 
@@ -185,7 +185,7 @@ def test_qwen3_attention_flows_into_o_in_a_graph(t):
     def step():
         residual.copy_(res)
         out = decode_attention(q, k_cache, v_cache, kv_len, flow=True, **kw)
-        linear_add(out.view(t, -1), o_proj, residual, flow=True)
+        linear_add(out.view(t, -1), o_proj, residual, flow_in="o")
     _replays_hold(step, residual, want)
     assert not flow_module.flow_counters(device, heads * hd, "o").any()
 

@@ -76,11 +76,17 @@ FUSED = {"qkv": ("norm", "folded norm", "norm from sums"), "o": ("residual", "re
          "gate_up": ("norm", "folded norm", "norm from sums"), "down": ("residual", "residual + row sums"),
          "lm_head": ("argmax",)}
 # The pairs with a flow on (`tileinfer.ops.flow`): the gate_up (or the decode attention) storing and counting
-# its columns, the down (or o) projection reading them as counted
+# its columns, the down (or o) projection reading them as counted; in a chain of flows the o, gate_up and
+# down projections do both, and the next layer's qkv reads the down projection's columns
 FLOW_OUT, FLOW_IN = " + flow out", " + flow in"
 FLOWED = {"gate_up": ("", " + norm", " + folded norm", " + norm from sums"),
           "down": (" + residual", " + residual + row sums"), "o": (" + residual", " + residual + row sums")}
 FLOW_OF = {"gate_up": FLOW_OUT, "down": FLOW_IN, "o": FLOW_IN}
+# the chain's launches as a step makes them: a GEMV's folded norm sums x², a 16-row step's comes from row sums
+CHAINED = {"qkv": (FLOW_IN, " + folded norm", " + norm from sums"),
+           "o": (FLOW_IN + FLOW_OUT, " + residual", " + residual + row sums"),
+           "gate_up": (FLOW_IN + FLOW_OUT, " + folded norm", " + norm from sums"),
+           "down": (FLOW_IN + FLOW_OUT, " + residual", " + residual + row sums")}
 
 
 def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target_layer_ids),
@@ -97,6 +103,9 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
             for n, k in [linears[name]]]
     out += [Case(f"linear {name}{fused}{FLOW_OF[name]}", f"{n}x{k}", m, kind)
             for name, kinds in FLOWED.items() for fused in kinds for m in (1, 16) for kind in ("bf16", "int8")
+            for n, k in [linears[name]]]
+    out += [Case(f"linear {name}{one if m == 1 else sixteen}{flows}", f"{n}x{k}", m, kind)
+            for name, (flows, one, sixteen) in CHAINED.items() for m in (1, 16) for kind in ("bf16", "int8")
             for n, k in [linears[name]]]
     from tileinfer.ops.linear import DEQUANT_MIN_M
     # INT8 linears of a prefill chunk from DEQUANT_MIN_M rows are cuBLAS on a widened weight: ours below it
@@ -386,10 +395,10 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     heads, kv, hd = shape.q_heads, shape.kv_heads, shape.head_dim
     t = case.m
     if case.op.startswith("linear"):
-        op, flow = case.op, 0
-        for marker, value in ((FLOW_OUT, 2), (FLOW_IN, 1)):
+        op, flows = case.op, {}
+        for marker, end in ((FLOW_OUT, "flow_out"), (FLOW_IN, "flow_in")):
             if op.endswith(marker):
-                op, flow = op.removesuffix(marker), value
+                op, flows[end] = op.removesuffix(marker), "mlp"
         n, k = map(int, case.shape.split("x"))
         x = torch.empty(t, k, dtype=bf16)
         w = torch.empty(n, k, dtype=torch.int8 if case.kind == "int8" else bf16)
@@ -405,7 +414,7 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         sums = torch.empty(1, skinny_gemm.MAX_M) if op.endswith("norm from sums") else None
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual,
                                 unit_norm=op.endswith("+ folded norm"), argmax=op.endswith("+ argmax"),
-                                row_sums=op.endswith("row sums"), norm_sums=sums, flow=flow)
+                                row_sums=op.endswith("row sums"), norm_sums=sums, **flows)
         return json.dumps(cfg.as_dict())
     if case.op == "widen_int8":
         n, k = map(int, case.shape.split("x"))

@@ -57,15 +57,17 @@ def mlp_block(ops: Ops, layer: Qwen3Layer, x):
 
 
 def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list, positions, cos_sin,
-                  k_cache, v_cache, ctx: AttentionContext, name: str):
+                  k_cache, v_cache, ctx: AttentionContext, name: str, next_layer: Qwen3Layer | None = None):
     """Advance the residual stream [h, residual] through one pre-norm decoder layer, in place: the caller
     holds no reference to the old tensors, so each is freed as soon as it is used (prefill's peak memory
     per chunk depends on it). `name` labels the layer's profiler ranges. Steps that `ops.fused_layer`
-    fuses keep the stream as [None, h + residual, its row sums] (`fused_decoder_layer`)."""
+    fuses keep the stream as [None, h + residual, its row sums, a flow] (`fused_decoder_layer`, which
+    takes `next_layer`)."""
     eps = config.rms_norm_eps
     h, residual = stream[:2]
     if ops.fused_layer((residual if h is None else h).shape[0]):
-        return fused_decoder_layer(ops, config, layer, stream, positions, cos_sin, k_cache, v_cache, ctx, name)
+        return fused_decoder_layer(ops, config, layer, stream, positions, cos_sin, k_cache, v_cache, ctx, name,
+                                   next_layer)
     stream.clear()
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
@@ -77,42 +79,59 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
 
 
 def fused_decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list, positions, cos_sin,
-                        k_cache, v_cache, ctx: AttentionContext, name: str):
+                        k_cache, v_cache, ctx: AttentionContext, name: str, next_layer: Qwen3Layer | None = None):
     """`decoder_layer` in four GEMM launches around the attention: each RMSNorm folded into the projection
     after it (where loading folded its weight into that projection, `fold_layer_norms`), each residual add
-    into the projection before it; the stream leaves as [None, h + residual, sums]: the sums of its rows'
-    squares that the down projection wrote, which the next layer's folded norm reads instead of summing."""
+    into the projection before it; the stream leaves as [None, h + residual, sums, flow]: the sums of its
+    rows' squares that the down projection wrote, which the next layer's folded norm reads instead of
+    summing, and the pair on which the down projection counted its columns for `next_layer`'s qkv (the
+    layer launched right after, nothing between; `Ops.residual_flows`), or None. The o projection may
+    likewise feed the gate_up, and the attention the o projection (`Ops.attention_flows`)."""
     eps = config.rms_norm_eps
     h, residual = stream[:2]
     sums = stream[2] if len(stream) > 2 else None
+    flow_in = stream[3] if len(stream) > 3 else None
     stream.clear()
     if residual is None:  # the first layer: the embedding rows are the residual stream
         residual = h
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         qkv = normed_linear(ops, residual, layer.input_layernorm, eps, layer.qkv_proj, layer.input_norm_folded,
-                            sums=sums)
+                            sums=sums, flow_in=flow_in)
         flow = ops.attention_flows(ctx, residual, layer.o_proj)
         out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx, flow)
-        _, sums = ops.linear_add(out, layer.o_proj, residual, flow)
+        # (our skinny o projection leaves row sums where it is no GEMV: the gate_up then folds the norm in)
+        to_mlp = "gate_up" if layer.post_norm_folded and ops.residual_flows(residual, layer.gate_up_proj) else None
+        _, sums = ops.linear_add(out, layer.o_proj, residual, flow_in="o" if flow else None, flow_out=to_mlp)
         del qkv, out  # not held through the MLP (the memory plan counts them in attention only)
+    to_next = ("qkv" if next_layer is not None and next_layer.input_norm_folded
+               and ops.residual_flows(residual, next_layer.qkv_proj) else None)
     with tracing.annotate(f"{name}.mlp", level="layer", m=residual.shape[0]):
         if layer.post_norm_folded and (sums is not None or ops.gemv(residual.shape[0])):
             _, sums = ops.mlp_add(residual, layer.gate_up_proj, layer.down_proj, residual,
-                                  layer.post_attention_layernorm, eps, folded=True, sums=sums)
+                                  layer.post_attention_layernorm, eps, folded=True, sums=sums, flow_in=to_mlp,
+                                  flow_out=to_next)
         else:
+            if to_mlp:
+                raise ValueError(f"{name}: the o projection counted its columns for a gate_up that needs the "
+                                 "norm's own launch (no row sums came with the stream)")
             normed = ops.rms_norm(residual, layer.post_attention_layernorm, eps)[0]
             del sums
-            _, sums = ops.mlp_add(normed, layer.gate_up_proj, layer.down_proj, residual)
-    stream[:] = (None, residual, sums)
+            _, sums = ops.mlp_add(normed, layer.gate_up_proj, layer.down_proj, residual, flow_out=to_next)
+    stream[:] = (None, residual, sums, to_next)
 
 
-def normed_linear(ops: Ops, x, norm, eps, lin: Linear, folded: bool, swiglu: bool = False, sums=None):
+def normed_linear(ops: Ops, x, norm, eps, lin: Linear, folded: bool, swiglu: bool = False, sums=None,
+                  flow_in: str | None = None):
     """The projection (SwiGLU'd with `swiglu`) of rms_norm(x): one launch when the norm's weight is folded
     into `lin` and x's row sums come with it (`sums`) or the GEMM is a GEMV (which sums x² from registers);
     else the norm's own launch first: scaling x inside a tensor-core GEMM's loop costs more than that
-    launch (each x tile goes back to shared memory before wgmma reads it), and so does summing x² there."""
+    launch (each x tile goes back to shared memory before wgmma reads it), and so does summing x² there.
+    `flow_in`: x comes from the launch before as it counts its columns (one launch only)."""
     if folded and (sums is not None or ops.gemv(x.shape[0])):
-        return ops.norm_linear(x, norm, eps, lin, swiglu=swiglu, folded=True, sums=sums)
+        return ops.norm_linear(x, norm, eps, lin, swiglu=swiglu, folded=True, sums=sums, flow_in=flow_in)
+    if flow_in:
+        raise ValueError(f"normed_linear: x comes on the {flow_in!r} flow, but the norm needs a launch of its own "
+                         "(not folded, or no row sums came with x)")
     normed = ops.rms_norm(x, norm, eps)[0]
     return ops.linear_swiglu(normed, lin) if swiglu else ops.linear(normed, lin)
 
@@ -157,7 +176,10 @@ class Qwen3ForCausalLM:
         ops, hidden = self.ops, self.config.hidden_size
         stream = [ops.embedding(input_ids, self.embed_tokens), None]
         for i, layer in enumerate(self.layers):
-            decoder_layer(ops, self.config, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx, f"layer.{i}")
+            # the next layer's qkv may read this one's output as it comes where no tap copies it between
+            after = self.layers[i + 1] if i + 1 < len(self.layers) and i not in tap_ids else None
+            decoder_layer(ops, self.config, layer, stream, positions, self.cos_sin, cache.k[i], cache.v[i], ctx,
+                          f"layer.{i}", after)
             for j, tapped in enumerate(tap_ids):  # a layer may be tapped more than once
                 if tapped == i:
                     tap = taps[:, j * hidden:(j + 1) * hidden]

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 
 from tileinfer.errors import ConfigError
-from tileinfer.ops.flow import O_FLOW
+from tileinfer.ops.flow import O_FLOW, RES_FLOW
 
 BACKENDS = ("triton", "torch")
 LINEAR_IMPLS = ("ours", "cublas")
@@ -148,12 +148,16 @@ class Ops:
         on our skinny GEMM, whose tensor-core path then takes x as it is."""
         return self.fuse_norms and self._fused_gemms
 
-    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False, folded: bool = False, sums=None):
+    def norm_linear(self, x, norm, eps, lin, swiglu: bool = False, folded: bool = False, sums=None,
+                    flow_in: str | None = None):
         """linear(rms_norm(x)) (linear_swiglu with `swiglu`): one launch where our skinny GEMM runs.
         `folded`: lin carries the norm's weight and `norm` is all ones (`fold_layer_norms`); `sums`: x's
-        row sums from the residual GEMM that wrote it (`linear_add`)."""
+        row sums from the residual GEMM that wrote it (`linear_add`); `flow_in`: x comes from a launch that
+        counts its columns on that pair (`residual_flows`)."""
         if self._fused_gemms:
-            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu, folded, sums)
+            return self._norm_linear(x, norm, eps, lin, self.exact, swiglu, folded, sums, flow_in)
+        if flow_in:
+            raise ValueError("norm_linear: a flow's consumer must be our skinny GEMM (Triton backend, our linears)")
         normed = self.rms_norm(x, norm, eps)[0]
         return self.linear_swiglu(normed, lin) if swiglu else self.linear(normed, lin)
 
@@ -168,19 +172,28 @@ class Ops:
             return self._linear_argmax(x, lm_head, self.exact)
         return self.linear(x, lm_head).argmax(dim=-1)
 
-    def linear_add(self, x, lin, residual, flow: bool = False):
+    def linear_add(self, x, lin, residual, flow_in: str | None = None, flow_out: str | None = None):
         """residual += linear(x), in place: one launch where our skinny GEMM runs. Returns (residual, the
         new residual's row sums for the next folded norm, or None): a GEMV's norm sums x² from the x it holds
         in registers for nothing, and summing in the epilogue of the GEMM before it cost a Qwen3-0.6B plain
-        step 0.94 ms against 0.83 (H200, bench/results/floor_norm_stats_h200.csv). `flow`: x comes from an
-        attention launched with `flow` (`attention_flows`)."""
+        step 0.94 ms against 0.83 (H200, bench/results/floor_norm_stats_h200.csv). `flow_in`: x comes from an
+        attention launched with `flow` (`attention_flows`); `flow_out`: the new residual's columns are counted
+        for the projection launched next (`residual_flows`)."""
         if self._fused_gemms:
             if self.gemv(x.numel() // x.shape[-1]):
-                return self._linear_add(x, lin, residual, self.exact, flow=flow), None
-            return self._linear_add(x, lin, residual, self.exact, row_sums=True, flow=flow)
-        if flow:
-            raise ValueError("linear_add: a flow's consumer must be our skinny GEMM (Triton backend, our linears)")
+                return self._linear_add(x, lin, residual, self.exact, flow_in=flow_in, flow_out=flow_out), None
+            return self._linear_add(x, lin, residual, self.exact, row_sums=True, flow_in=flow_in, flow_out=flow_out)
+        if flow_in or flow_out:
+            raise ValueError("linear_add: a flow's ends must be our skinny GEMMs (Triton backend, our linears)")
         return residual.add_(self.linear(x, lin)), None
+
+    def residual_flows(self, residual, consumer) -> bool:
+        """Whether the residual projection that writes `residual` (o, down) counts its columns for the
+        folded-norm projection `consumer` launched right after it (gate_up, the next layer's qkv) to read as
+        they come (`flow.RES_FLOW`, where "int8" means an INT8 GEMV consumer): our skinny GEMMs on both ends."""
+        t = residual.numel() // residual.shape[-1]
+        return (self._fused_gemms and 1 <= t <= 16 and consumer.device == residual.device
+                and RES_FLOW.flows(consumer.is_quantized and self.gemv(t)))
 
     def attention_flows(self, ctx: AttentionContext, residual, o_proj) -> bool:
         """Whether a step's decode attention counts its output's columns for the o projection's `linear_add`
@@ -190,14 +203,19 @@ class Ops:
         return (O_FLOW.on and self._fused_gemms and ctx.kv_len_t is not None and 1 <= t <= 16
                 and o_proj.device == residual.device)
 
-    def mlp_add(self, x, gate_up, down, residual, norm=None, eps: float = 1e-6, folded: bool = False, sums=None):
+    def mlp_add(self, x, gate_up, down, residual, norm=None, eps: float = 1e-6, folded: bool = False, sums=None,
+                flow_in: str | None = None, flow_out: str | None = None):
         """residual += down(silu(gate) * up) of x's (or with `norm`, rms_norm(x)'s, as `norm_linear` takes
         `norm`, `folded` and `sums`) gate_up projection, in place; returns (residual, row sums) as
-        `linear_add`. Where our skinny GEMMs run, `linear.mlp_add`."""
+        `linear_add`. Where our skinny GEMMs run, `linear.mlp_add` (`flow_in`: the gate_up reads x as the
+        launch before counts it; `flow_out`: the down projection counts its columns for the next)."""
         if self._fused_gemms:
             sums_out = not self.gemv(x.numel() // x.shape[-1])
-            out = self._mlp_add(x, gate_up, down, residual, self.exact, sums_out, norm, eps, folded, sums)
+            out = self._mlp_add(x, gate_up, down, residual, self.exact, sums_out, norm, eps, folded, sums,
+                                flow_in, flow_out)
             return out if sums_out else (out, None)
+        if flow_in or flow_out:
+            raise ValueError("mlp_add: a flow's ends must be our skinny GEMMs (Triton backend, our linears)")
         act = (self.norm_linear(x, norm, eps, gate_up, swiglu=True, folded=folded, sums=sums) if norm is not None
                else self.linear_swiglu(x, gate_up))
         return self.linear_add(act, down, residual)

@@ -14,6 +14,7 @@ _MIN_COUNTERS = 1 << 16  # more than any model's output tiles, so the buffer is 
 
 def _kept(kind: str, device: torch.device, n: int, dtype: torch.dtype, fill: int) -> torch.Tensor:
     """At least `n` elements of `kind` on `device`, at `fill`, kept for the process."""
+    device = torch.device(device)
     buf = _KEPT.get((kind, device))
     if buf is None or buf.numel() < n:
         if buf is not None:
@@ -22,11 +23,11 @@ def _kept(kind: str, device: torch.device, n: int, dtype: torch.dtype, fill: int
     return buf
 
 
-def arrival_counters(device: torch.device, n: int, apart: bool = False) -> torch.Tensor:
+def arrival_counters(device: torch.device, n: int, apart: str | None = None) -> torch.Tensor:
     """At least `n` zeroed counters on `device`: each kernel that takes them counts its programs' arrivals
-    and leaves them at 0 again. `apart`: a second set, for a kernel that runs beside the one before it (a
-    flow's consumer, `tileinfer.ops.flow`), which may still be counting on the first."""
-    return _kept("counters_apart" if apart else "counters", device, max(n, _MIN_COUNTERS), torch.int32, 0)
+    and leaves them at 0 again. `apart`: a set of their own, named by the flow pair whose consumer takes
+    them (`tileinfer.ops.flow`): it runs beside the kernel before it, which may still be counting on its own."""
+    return _kept(f"counters {apart}" if apart else "counters", device, max(n, _MIN_COUNTERS), torch.int32, 0)
 
 
 def argmax_slots(device: torch.device, n: int) -> torch.Tensor:

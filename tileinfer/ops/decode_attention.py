@@ -49,7 +49,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.flow import flow_counters, flow_signal
+from tileinfer.ops.flow import flow_counters, flow_signal, produced
 from tileinfer.ops.pdl import bulk_prefetch_l2, launch_options, prefetch_l2
 from tileinfer.ops.rope import norm_rope_tile, rope_factors
 from tileinfer.ops.stamps import SLOTS, stamp
@@ -607,7 +607,7 @@ def decode_attention(
             q, k_cache, v_cache, kv_len, mid_o, mid_lse, out, counters,
             new.k, new.v, new.q_weight, new.k_weight, new.cos_sin, new.positions, ahead,
             stamps if stamps is not None else counters,
-            flow_counters(q.device, num_q_heads * head_dim, "o") if flow else counters,
+            flow_buf if flow else counters,
             num_splits, split_size, scale * LOG2E, new.eps, ahead_offset, ahead_bytes, ahead_max_kv,
             q.stride(0), q.stride(1), q.stride(2),
             k_cache.stride(0), k_cache.stride(1),
@@ -626,6 +626,9 @@ def decode_attention(
             num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
+    if flow:
+        flow_buf = flow_counters(q.device, num_q_heads * head_dim, "o")
+        produced(q.device, "o", flow_buf)
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
            cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None, flow)

@@ -1,5 +1,6 @@
 """Column flow from one kernel to the skinny GEMM after it (the MLP's gate_up to its down projection, the
-decode attention to the o projection): the producer counts the columns of its output it has stored (in
+decode attention to the o projection, and across the RMSNorms: the o projection to the gate_up, the down
+projection to the next layer's qkv): the producer counts the columns of its output it has stored (in
 column-rows: a tile of all M rows counts its columns × M, an attention row block its columns × its rows),
 FLOW_CHUNK columns to a counter, and the consumer's programs, launched while the producer still runs
 (PDL), wait for the counters of the K-blocks they are about to read instead of for the producer's last
@@ -9,12 +10,20 @@ last wave runs.
 Why it cannot deadlock: under PDL the consumer's programs become resident only once every producer program
 has started (each triggers its dependents first thing), so no producer program waits for a slot a spinning
 consumer holds. Why the counters start at zero each time: the consumer's last program to finish (a count
-after the chunks) clears them, and the next producer signals only after its own grid-dependency wait, which
-the chain of waits orders after that clearing. Each pair has counters of its own (`PAIRS`): a down
-projection may start polling while the o projection before its gate_up still counts on the o pair's. The consumer reads nothing else the producer's predecessor
-writes before its first flow wait (the residual rows come in its epilogue), and writes nothing before all
-the counters are full (when every producer program has stored its tiles, so is done with its inputs) except
-its split-K partials, which go to scratch of its own (`consumer_partials`).
+after the chunks) clears them, and the next producer of the pair signals only after a grid-dependency wait
+(the decode attention's, at the latest) that orders it after that clearing: a consumer skips the wait at its
+start but makes it before it exits, so a grid's completion still implies its predecessor's, and a chain of
+flows (o → gate_up → down → qkv) stays ordered. Each pair has counters of its own (`PAIRS`), and each
+consumer its arrival counters and split-K scratch (`consumer_partials`): a consumer's programs run beside
+its producer's, which may be a consumer itself. The consumer reads nothing else the producer's predecessor
+writes before its first flow wait (residual rows and row sums come in its epilogue, after all of its
+tile's K), and writes nothing but its split-K partials before a tile's whole K is counted (when every
+producer program has stored its tiles, so is done with its inputs).
+
+A producer's counts must meet their consumer: a pair produced and not consumed would leave full counters
+for the next consumer to read stale columns by. `produced`/`consumed` keep that book on the host, per device
+and pair, and a producer whose last counts were never consumed (an exception between the two launches)
+has its counters zeroed first.
 """
 
 import os
@@ -39,26 +48,32 @@ set_o_flow, o_flow_label = O_FLOW.set, O_FLOW.label
 
 
 class _FlowSetting:
-    def __init__(self, env: str, default: str):
+    def __init__(self, env: str, default: str, what: str):
+        self.what = what
         self.mode = os.environ.get(env, default)
         if self.mode not in MLP_FLOW_MODES:
             raise ConfigError(f"{env} must be one of {', '.join(MLP_FLOW_MODES)}, got {self.mode!r}")
 
     def set(self, mode: str) -> None:
         if mode not in MLP_FLOW_MODES:
-            raise ValueError(f"MLP flow is one of {', '.join(MLP_FLOW_MODES)}, got {mode!r}")
+            raise ValueError(f"{self.what} is one of {', '.join(MLP_FLOW_MODES)}, got {mode!r}")
         self.mode = mode
 
     def label(self) -> str:
         return self.mode
 
     def flows(self, int8_gemv: bool) -> bool:
-        """Whether an MLP whose gate_up is (`int8_gemv`) or is not an INT8 GEMV runs with the flow."""
+        """Whether a pair whose deciding GEMM is (`int8_gemv`) or is not an INT8 GEMV runs with the flow."""
         return self.mode == "on" or (self.mode == "int8" and int8_gemv)
 
 
-MLP_FLOW = _FlowSetting("TILEINFER_MLP_FLOW", "int8")
+MLP_FLOW = _FlowSetting("TILEINFER_MLP_FLOW", "int8", "MLP flow")
 set_mlp_flow, mlp_flow_label = MLP_FLOW.set, MLP_FLOW.label
+# The folded-norm projections fed by the residual projection before them (`Ops.residual_flows`): the
+# gate_up by the o projection, the next layer's qkv by the down projection; "int8": where that consumer is
+# an INT8 GEMV. Off until a GPU run gains.
+RES_FLOW = _FlowSetting("TILEINFER_RES_FLOW", "off", "residual flow")
+set_res_flow, res_flow_label = RES_FLOW.set, RES_FLOW.label
 
 FLOW_CHUNK: tl.constexpr = tl.constexpr(512)  # producer columns per counter
 FLOW_SCAN: tl.constexpr = tl.constexpr(16)  # counters a waiting consumer reads at once
@@ -69,29 +84,59 @@ _RETIRED: list = []  # outgrown buffers stay allocated: CUDA graphs captured on 
 _MIN_SLOTS = 1024
 
 
-PAIRS = ("mlp", "o")  # gate_up -> down, attention -> o
+PAIRS = ("mlp", "o", "gate_up", "qkv")  # gate_up -> down, attention -> o, o -> gate_up, down -> next qkv
+_UNCONSUMED: set = set()  # (device, pair) whose last producer's counts no consumer has taken yet
 
 
 def flow_counters(device: torch.device, columns: int, pair: str) -> torch.Tensor:
     """Zeroed int32 counters of `pair` (one of PAIRS) for a flow of `columns` producer columns on `device` (a
     counter per FLOW_CHUNK columns, then the consumer's finish count), kept for the process: every flow
     launch leaves them zeroed, and one pair's flows run one after another, so one buffer serves them all."""
-    if pair not in PAIRS:
-        raise ValueError(f"a flow's pair is one of {', '.join(PAIRS)}, got {pair!r}")
+    _check_pair(pair)
     return _kept(f"counters {pair}", device, max(triton.cdiv(columns, FLOW_CHUNK.value) + 1, _MIN_SLOTS),
                  torch.int32)
 
 
-def consumer_partials(device: torch.device, shape: tuple) -> torch.Tensor:
-    """fp32 scratch of `shape` for a consumer's split-K partials, outside the caching allocator: a buffer
-    torch.empty handed it could be one the producer, still running, had and freed."""
+def _check_pair(pair: str) -> None:
+    if pair not in PAIRS:
+        raise ValueError(f"a flow's pair is one of {', '.join(PAIRS)}, got {pair!r}")
+
+
+def produced(device: torch.device, pair: str, counters: torch.Tensor) -> None:
+    """Book a producer launch of `pair` on `device` whose counts go to `counters`; counts an earlier
+    producer left unconsumed are zeroed first."""
+    _check_pair(pair)
+    if (device, pair) in _UNCONSUMED:
+        counters.zero_()
+    _UNCONSUMED.add((device, pair))
+
+
+def consumed(device: torch.device, pair: str) -> None:
+    """Book a consumer launch of `pair` on `device`: it leaves the counters zeroed."""
+    _check_pair(pair)
+    _UNCONSUMED.discard((device, pair))
+
+
+def unconsumed(device: torch.device) -> list[str]:
+    """The pairs on `device` whose last producer's counts no consumer has taken."""
+    device = torch.device(device)
+    return sorted(p for d, p in _UNCONSUMED if d == device)
+
+
+def consumer_partials(device: torch.device, shape: tuple, pair: str, kind: str = "partials") -> torch.Tensor:
+    """fp32 scratch of `shape` for the split-K partials (or another `kind` of per-split scratch, such as a
+    norm's Σx²) of `pair`'s consumer, outside the caching allocator: a buffer torch.empty handed it could be
+    one the producer, still running, had and freed; and each consumer has its own, since a consumer may run
+    beside the one before it."""
+    _check_pair(pair)
     n = 1
     for d in shape:
         n *= d
-    return _kept("partials", device, n, torch.float32)[:n].view(shape)
+    return _kept(f"{kind} {pair}", device, n, torch.float32)[:n].view(shape)
 
 
 def _kept(kind: str, device: torch.device, n: int, dtype: torch.dtype) -> torch.Tensor:
+    device = torch.device(device)
     buf = _KEPT.get((kind, device))
     if buf is None or buf.numel() < n:
         if buf is not None:
@@ -139,7 +184,8 @@ def flow_signal(flow_ptr, n0, n_end, rows):
 
 @triton.jit
 def flow_finish(flow_ptr, K, programs):
-    """The consumer program's last act: count itself finished; the last of `programs` clears the counters."""
+    """The consumer program's last count: itself finished; the last of `programs` clears the counters (the
+    caller then waits for the producer's grid, `tileinfer.ops.flow`'s ordering)."""
     chunks = tl.cdiv(K, FLOW_CHUNK)
     if tl.atomic_add(flow_ptr + chunks, 1, sem="acq_rel") == programs - 1:
         for c in range(chunks):

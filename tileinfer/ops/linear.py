@@ -12,7 +12,8 @@ With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's ex
 MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
 RMSNorm before a projection into it, `linear_add` the residual add after one, so a decode step's
 layer needs no norm launch of its own; `mlp_add` is the MLP's pair of them, the down projection reading
-the gate_up's columns as they are stored where the flow is on.
+the gate_up's columns as they are stored where the flow is on (and the residual flows across the norms,
+`tileinfer.ops.flow`, feed a folded-norm projection from the residual projection before it).
 """
 
 from __future__ import annotations
@@ -224,70 +225,87 @@ def fold_norm_weight(lin: Linear, norm: torch.Tensor) -> Linear:
 
 
 def norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, lin: Linear, exact: bool = False,
-                swiglu: bool = False, folded: bool = False, sums: torch.Tensor | None = None) -> torch.Tensor:
+                swiglu: bool = False, folded: bool = False, sums: torch.Tensor | None = None,
+                flow_in: str | None = None) -> torch.Tensor:
     """linear (or linear_swiglu) of rms_norm(x, norm, eps): at M <= 16 one skinny launch that applies the
     norm on the way in (no normed x written); else the two calls. `folded`: `lin` carries the norm's
     weight (`fold_norm_weight`) and `norm` is all ones. `sums` (with `folded`): the row sums a residual
-    GEMM wrote with x (`linear_add(row_sums=True)`), so the launch takes Σx² from them."""
+    GEMM wrote with x (`linear_add(row_sums=True)`), so the launch takes Σx² from them. `flow_in`: x is
+    the output of the launch just before, which counts its columns on that pair (`tileinfer.ops.flow`)."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     if not _skinny_ok(x2, lin):
+        _refuse_flow("norm_linear", flow_in, x2, lin)
         normed = rms_norm(x2, norm, eps)[0]
         y = linear_swiglu(normed, lin, exact) if swiglu else linear(normed, lin, exact)
     else:
-        y = _skinny_norm_linear(x2, norm, eps, lin, exact, swiglu, folded, sums)
+        y = _skinny_norm_linear(x2, norm, eps, lin, exact, swiglu, folded, sums, flow_in)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def _skinny_norm_linear(x2, norm, eps, lin: Linear, exact, swiglu, folded, sums, flow: int = 0):
+def _skinny_norm_linear(x2, norm, eps, lin: Linear, exact, swiglu, folded, sums, flow_in=None, flow_out=None):
     if folded and sums is not None:
-        return skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=swiglu, eps=eps, norm_sums=sums, flow=flow)
+        return skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=swiglu, eps=eps, norm_sums=sums,
+                           flow_in=flow_in, flow_out=flow_out)
     return skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=swiglu, norm=None if folded else norm, eps=eps,
-                       unit_norm=folded, flow=flow)
+                       unit_norm=folded, flow_in=flow_in, flow_out=flow_out)
+
+
+def _refuse_flow(what: str, flow, x2: torch.Tensor, lin: Linear) -> None:
+    """A flow asked of a launch that is not our skinny GEMM: named, before anything runs."""
+    if flow:
+        raise ValueError(f"{what}: a flow's ends must be our skinny GEMMs; x {x2.dtype} {list(x2.shape)} on "
+                         f"{x2.device}, weight on {lin.device}")
 
 
 def linear_add(x: torch.Tensor, lin: Linear, residual: torch.Tensor, exact: bool = False,
-               row_sums: bool = False, flow: bool = False):
+               row_sums: bool = False, flow_in: str | None = None, flow_out: str | None = None):
     """residual += linear(x, lin), in place (the product rounded to the residual's dtype first, the sum
     rounded once, as rms_norm's residual add does); returns residual. One launch at M <= 16.
     `row_sums`: returns (residual, sums), the sums of the new residual's squares per tile that a folded
     norm after it takes (`norm_linear(sums=...)`), None where the launch is not our skinny GEMM.
-    `flow`: x is the output of the kernel launched just before, which counts its columns as it stores them
-    (`decode_attention(flow=True)`): our skinny GEMM reads them as they come and clears the counts."""
+    Column flows (`tileinfer.ops.flow`), by pair: `flow_in`, x is the output of the kernel launched just
+    before, which counts its columns as it stores them (`decode_attention(flow=True)`): our skinny GEMM
+    reads them as they come and clears the counts; `flow_out`, the new residual's columns are counted for
+    the projection launched next (`norm_linear(flow_in=...)`)."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     r2 = residual.view(-1, lin.out_features)
     skinny = _skinny_ok(x2, lin) and r2.dtype == x.dtype
-    if flow and not skinny:
-        raise ValueError(f"linear_add: a flow's consumer must be our skinny GEMM; x {x.dtype} {list(x2.shape)} on "
-                         f"{x.device}, residual {residual.dtype}, weight on {lin.device}")
     if not skinny:
+        _refuse_flow("linear_add", flow_in or flow_out, x2, lin)
         residual.add_(linear(x, lin, exact))
         return (residual, None) if row_sums else residual
-    out = skinny_gemm(x2, lin.stored, lin.scale, exact=exact, residual=r2,
-                      row_sums=row_sums, flow=1 if flow else 0, flow_pair="o")
+    out = skinny_gemm(x2, lin.stored, lin.scale, exact=exact, residual=r2, row_sums=row_sums, flow_in=flow_in,
+                      flow_out=flow_out)
     return (residual, out[1]) if row_sums else residual
 
 
 def mlp_add(x: torch.Tensor, gate_up: Linear, down: Linear, residual: torch.Tensor, exact: bool = False,
             row_sums: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6, folded: bool = False,
-            sums: torch.Tensor | None = None):
+            sums: torch.Tensor | None = None, flow_in: str | None = None, flow_out: str | None = None):
     """residual += down(silu(gate) * up) of x's fused gate_up projection, in place: `linear_add` of
     `linear_swiglu` (of `norm_linear`'s with `norm`, `folded` and `sums` as it takes them), with its bits.
     Where both are our skinny GEMMs and `MLP_FLOW` flows this one, the down projection reads the SwiGLU's columns
-    as the gate_up's tiles store them (`tileinfer.ops.flow`), not after its last program. Returns what
-    `linear_add` returns."""
+    as the gate_up's tiles store them (`tileinfer.ops.flow`), not after its last program. `flow_in`: the
+    gate_up reads x as the launch before counts it; `flow_out`: the down projection counts the new residual's
+    columns for the launch after. Returns what `linear_add` returns."""
     _check_input(x, gate_up)
     x2 = x.reshape(-1, gate_up.in_features)
     r2 = residual.view(-1, down.out_features)
     int8_gemv = gate_up.is_quantized and x2.shape[0] == 1 and not exact
-    if not (MLP_FLOW.flows(int8_gemv) and _skinny_ok(x2, gate_up) and down.device == x.device and r2.dtype == x.dtype
-            and down.in_features * 2 == gate_up.out_features and r2.shape[0] == x2.shape[0]):
+    pair = (_skinny_ok(x2, gate_up) and down.device == x.device and r2.dtype == x.dtype
+            and down.in_features * 2 == gate_up.out_features and r2.shape[0] == x2.shape[0])
+    if not pair:
+        _refuse_flow("mlp_add", flow_in or flow_out, x2, gate_up)
+    if not (pair and (MLP_FLOW.flows(int8_gemv) or flow_in or flow_out)):
         act = (norm_linear(x, norm, eps, gate_up, exact, swiglu=True, folded=folded, sums=sums)
                if norm is not None else linear_swiglu(x, gate_up, exact))
         return linear_add(act, down, residual, exact, row_sums)
-    act = _skinny_norm_linear(x2, norm, eps, gate_up, exact, True, folded, sums, flow=2)  # no norm: plain
-    out = skinny_gemm(act, down.stored, down.scale, exact=exact, residual=r2, row_sums=row_sums, flow=1)
+    inner = "mlp" if MLP_FLOW.flows(int8_gemv) else None
+    act = _skinny_norm_linear(x2, norm, eps, gate_up, exact, True, folded, sums, flow_in, inner)  # no norm: plain
+    out = skinny_gemm(act, down.stored, down.scale, exact=exact, residual=r2, row_sums=row_sums, flow_in=inner,
+                      flow_out=flow_out)
     return (residual, out[1]) if row_sums else residual
 
 

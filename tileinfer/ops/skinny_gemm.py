@@ -37,13 +37,13 @@ from functools import lru_cache
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.argmax_keys import argmax_keys, key_column
 from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.flow import consumer_partials, flow_counters, flow_finish, flow_signal
+from tileinfer.ops.flow import consumed, consumer_partials, flow_counters, flow_finish, flow_signal, produced
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, num_sms
 from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.skinny_rows import MAX_M, SUM_ROWS, _given_sums, _rows_acc
@@ -116,7 +116,7 @@ def _rms_scale(ss, inv_k, eps):
 @triton.jit(do_not_specialize=["M", "sums_in_tiles", "units"])
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
-    sums_out_ptr, flow_ptr,
+    sums_out_ptr, flow_in_ptr, flow_out_ptr,
     M, N, K, k_per_split, half, inv_k, eps, sums_in_tiles, tiles, k_blocks, units,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -153,9 +153,10 @@ def _skinny_gemm_kernel(
     arrive writes the ids and resets the slots (counters after the tiles' own, COUNTER_STRIDE apart).
     EARLY: the epilogue's inputs from the kernel before (NORM 3's sums, RESIDUAL's rows) are loaded right after
     the grid-dependency wait, in `_rows_acc`, not after the K loop.
-    FLOW (`tileinfer.ops.flow`) 1: x is the output of the GEMM launched just before, read as flow_ptr's
-    counters say its columns are stored (no grid-dependency wait); the last program to finish clears them.
-    2: this GEMM is that producer: each finished tile counts its stored columns into flow_ptr.
+    FLOW (`tileinfer.ops.flow`), bits: 1, x is the output of the kernel launched just before, read as
+    flow_in_ptr's counters say its columns are stored (no grid-dependency wait before the K loop); the last
+    program to finish clears them, and each waits for the producer's grid before it exits. 2, this GEMM is
+    such a producer: each finished tile counts its stored columns into flow_out_ptr. 3, both (a chain).
     """
     if PDL:
         gdc_launch_dependents()  # _rows_acc waits for the kernel before once its first weights are in flight
@@ -170,28 +171,31 @@ def _skinny_gemm_kernel(
             k_start = (tl.maximum(u0, t * k_blocks) - t * k_blocks) * BLOCK_K
             k_end = tl.minimum((tl.minimum(u1, (t + 1) * k_blocks) - t * k_blocks) * BLOCK_K, K)
             _tile(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr,
-                  sums_in_ptr, sums_out_ptr, flow_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
-                  t, p - first, last - first + 1, k_start, k_end, stride_xm, stride_wn, stride_ym,
+                  sums_in_ptr, sums_out_ptr, flow_in_ptr, flow_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles,
+                  tiles, t, p - first, last - first + 1, k_start, k_end, stride_xm, stride_wn, stride_ym,
                   HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, True, NORM, RESIDUAL,
                   ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD, FLOW)
     else:
         pid_k = tl.program_id(1)
         k_start = pid_k * k_per_split
         _tile(x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr,
-              sums_in_ptr, sums_out_ptr, flow_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles,
-              tl.program_id(0), pid_k, tl.num_programs(1), k_start, tl.minimum(k_start + k_per_split, K),
+              sums_in_ptr, sums_out_ptr, flow_in_ptr, flow_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles,
+              tiles, tl.program_id(0), pid_k, tl.num_programs(1), k_start, tl.minimum(k_start + k_per_split, K),
               stride_xm, stride_wn, stride_ym,
               HAS_SCALE, BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PARTIAL, NORM, RESIDUAL,
               ARGMAX, PDL, PREFETCH, LINES, SUMS_OUT, ARGMAX_GROUP, WORDS, EARLY, K_WARPS, PREFETCH_AHEAD, FLOW)
-    if FLOW == 1:
+    if FLOW & 1:
         tl.debug_barrier()
-        flow_finish(flow_ptr, K, tl.num_programs(0) * tl.num_programs(1))
+        flow_finish(flow_in_ptr, K, tl.num_programs(0) * tl.num_programs(1))
+        if PDL:
+            gdc_wait()  # this grid's completion implies the producer's (the chain's ordering)
 
 
 @triton.jit
 def _tile(
     x_ptr, w_ptr, scale_ptr, g_ptr, y_ptr, part_ptr, ss_ptr, counters_ptr, key_ptr, tile_keys_ptr, sums_in_ptr,
-    sums_out_ptr, flow_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles, pid_n, slot, slots, k_start, k_end,
+    sums_out_ptr, flow_in_ptr, flow_out_ptr, M, N, K, half, inv_k, eps, sums_in_tiles, tiles, pid_n, slot, slots,
+    k_start, k_end,
     stride_xm, stride_wn, stride_ym,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_IEEE: tl.constexpr, FAST_I8: tl.constexpr, SWIGLU: tl.constexpr,
@@ -219,9 +223,9 @@ def _tile(
         part_ptrs = part_ptr + slot * M * N + offs_m[None, :] * N + offs_n[:, None]
         mask = n_mask[:, None] & (offs_m < M)[None, :]
     acc, up, ss, res = _rows_acc(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_end, M, stride_xm,
-                                 stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, flow_ptr, K, HAS_SCALE,
+                                 stride_wn, half, sums_in_ptr, sums_in_tiles, y_ptrs, mask, flow_in_ptr, K, HAS_SCALE,
                                  BLOCK_M, BLOCK_N, BLOCK_K, DOT_FP32, DOT_IEEE, FAST_I8, SWIGLU, PDL, LOOP_NORM,
-                                 PREFETCH, LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS, PREFETCH_AHEAD, FLOW == 1)
+                                 PREFETCH, LINES, WORDS, EARLY_SUMS, EARLY_RES, K_WARPS, PREFETCH_AHEAD, FLOW & 1)
     done = True
     if PARTIAL:
         done = slots == 1
@@ -274,9 +278,9 @@ def _tile(
                 sq = out.to(tl.float32)
                 sq = tl.where(mask, sq * sq, 0.0)
                 tl.store(sums_out_ptr + pid_n * SUM_ROWS + offs_m, tl.sum(sq, axis=0))
-            if FLOW == 2:
+            if FLOW & 2:
                 tl.debug_barrier()  # every thread's stores before the count's release
-                flow_signal(flow_ptr, pid_n * BLOCK_N, tl.minimum(pid_n * BLOCK_N + BLOCK_N, half if SWIGLU else N), M)
+                flow_signal(flow_out_ptr, pid_n * BLOCK_N, tl.minimum(pid_n * BLOCK_N + BLOCK_N, half if SWIGLU else N), M)
 
 
 @triton.jit
@@ -395,7 +399,7 @@ def skinny_gemm(
     x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None, config: GemmConfig | None = None,
     exact: bool = False, swiglu: bool = False, norm: torch.Tensor | None = None, eps: float = 1e-6,
     residual: torch.Tensor | None = None, unit_norm: bool = False, argmax: bool = False, row_sums: bool = False,
-    norm_sums: torch.Tensor | None = None, flow: int = 0, flow_pair: str = "mlp",
+    norm_sums: torch.Tensor | None = None, flow_in: str | None = None, flow_out: str | None = None,
 ):
     """y = x @ W.T for x [M <= 16, K] and W [N, K] (float, or int8 with `scale` [N]); y in x.dtype.
 
@@ -412,11 +416,12 @@ def skinny_gemm(
     `row_sums` (with `residual`): returns (residual, sums), sums [tiles, 16] fp32 holding each tile's Σ of
     the new residual's squares per row. `norm_sums`: such sums of x's rows, for a W that carries the norm's
     weight: y = rms_norm(x, 1, eps) @ W.T with Σx² summed from them instead of from x.
-    `flow` (`tileinfer.ops.flow`): 2 makes this launch a producer whose output's columns are counted as its
-    tiles store them; 1 makes it the consumer launched right after, x being that output: it reads x's
-    K-blocks as they are counted instead of waiting for the producer to finish. Only for a pair launched
-    back to back on one stream, the consumer a plain or residual projection (`linear.mlp_add`), on the
-    counters of `flow_pair` (`flow.PAIRS`).
+    Column flows (`tileinfer.ops.flow`), each named by its pair (`flow.PAIRS`): `flow_out` makes this launch
+    a producer whose output's columns are counted as its tiles store them; `flow_in` makes it the consumer
+    launched right after one, x being that output: it reads x's K-blocks as they are counted instead of
+    waiting for the producer to finish. Only for a pair launched back to back on one stream; a launch may
+    be both (a chain of pairs). A consumer's norm takes Σx² from x as it comes (a GEMV's folded norm) or
+    from the producer's row sums (`norm_sums`), after its K loop.
     """
     m, k = x.shape
     n = w.shape[0]
@@ -433,9 +438,8 @@ def skinny_gemm(
         assert norm_sums.dim() == 2 and norm_sums.shape[1] == MAX_M and norm_sums.dtype == torch.float32 \
             and norm_sums.is_contiguous(), f"norm_sums must be [tiles, {MAX_M}] fp32, got {tuple(norm_sums.shape)}"
     norm_mode = 1 if norm is not None else 2 if unit_norm else 3 if norm_sums is not None else 0
-    assert flow in (0, 1, 2), f"flow is 0, 1 (consumer) or 2 (producer), got {flow!r}"
+    flow = (1 if flow_in else 0) | (2 if flow_out else 0)
     assert not (flow and argmax), "the argmax LM head takes part in no flow"
-    assert flow != 1 or norm_mode == 0, "a flow's consumer reads x as it comes: it folds no norm"
     if residual is not None:
         assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
         assert residual.shape == (m, n) and residual.dtype == x.dtype and residual.stride(1) == 1, \
@@ -455,8 +459,9 @@ def skinny_gemm(
 
     words = block_m == 1 and reads_words(x, w, scale, norm)
     # a flow's consumer reads nothing of the kernel before the producer until its first flow wait
-    early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None) and flow != 1
-    flow_buf = flow_counters(x.device, k if flow == 1 else (half if swiglu else n), flow_pair) if flow else y
+    early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None) and not flow_in
+    flow_in_buf = flow_counters(x.device, k, flow_in) if flow_in else y
+    flow_out_buf = flow_counters(x.device, half if swiglu else n, flow_out) if flow_out else y
 
     def launch(c: GemmConfig):
         nonlocal sums_out
@@ -466,23 +471,26 @@ def skinny_gemm(
         shared = slots > 1 or plan.stream  # stream-K's kernel holds the shared-tile code even where no tile is shared
         if not shared:
             part = y
-        elif flow == 1:
-            part = consumer_partials(x.device, (slots, m, n))
+        elif flow_in:
+            part = consumer_partials(x.device, (slots, m, n), flow_in)
         else:
             part = torch.empty(slots, m, n, device=x.device, dtype=torch.float32)
         groups = triton.cdiv(tiles, ARGMAX_GROUP) if argmax else 0
         # a consumer's tiles count on counters of their own: the producer may still be counting on the shared ones
-        counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value, apart=flow == 1)
+        counters = (arrival_counters(x.device, tiles + (groups + 1) * COUNTER_STRIDE.value, apart=flow_in)
                     if shared or argmax else part)
         tile_keys = torch.empty(tiles, block_m, device=x.device, dtype=torch.int64) if argmax else part
-        sums = (torch.empty(slots, tiles, block_m, device=x.device, dtype=torch.float32)
-                if norm_mode in (1, 2) and shared else part)
+        if norm_mode in (1, 2) and shared:
+            sums = (consumer_partials(x.device, (slots, tiles, block_m), flow_in, "sums") if flow_in
+                    else torch.empty(slots, tiles, block_m, device=x.device, dtype=torch.float32))
+        else:
+            sums = part
         if row_sums:
             sums_out = torch.empty(tiles, MAX_M, device=x.device, dtype=torch.float32)
         _skinny_gemm_kernel[grid](
             x, w, scale if scale is not None else w, norm if norm is not None else x, y, part, sums, counters,
             argmax_slots(x.device, MAX_M) if argmax else y, tile_keys,
-            norm_sums if norm_sums is not None else part, sums_out if row_sums else part, flow_buf,
+            norm_sums if norm_sums is not None else part, sums_out if row_sums else part, flow_in_buf, flow_out_buf,
             m, n, k, k_per_split, half, 1.0 / k, eps, norm_sums.shape[0] if norm_sums is not None else 0,
             tiles, k_blocks, tiles * k_blocks,
             x.stride(0), w.stride(0), y.stride(0),
@@ -498,5 +506,9 @@ def skinny_gemm(
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
            argmax, row_sums, words, early, flow)
+    if flow_out:
+        produced(x.device, flow_out, flow_out_buf)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
+    if flow_in:
+        consumed(x.device, flow_in)
     return (y, sums_out) if row_sums else y

@@ -232,11 +232,11 @@ def _rows_acc(
         # iteration; the large INT8 tiles would spill.
         AHEAD: tl.constexpr = NORM > 0 and BLOCK_M * BLOCK_K <= 2048
         x_rows = x_ptr + offs_m[:, None] * stride_xm
-        if AHEAD:
-            offs_k = k_start + tl.arange(0, BLOCK_K)
-            xs_next = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & (offs_k < k_end)[None, :], other=0.0)
         if FLOW_IN:  # the whole range at once: a wait inside the loop would leave it unpipelined (no smem ring)
             flow_ready(flow_ptr, k_start, k_end, K, M)
+        if AHEAD:
+            offs_k = k_start + tl.arange(0, BLOCK_K)
+            xs_next = _x_rows(x_rows, offs_k, m_mask, k_end, FLOW_IN)
         for k0 in range(k_start, k_end, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_mask = offs_k < k_end
@@ -259,12 +259,9 @@ def _rows_acc(
             if NORM:
                 if AHEAD:
                     xs = xs_next.to(tl.float32)
-                    ahead = offs_k + BLOCK_K
-                    xs_next = tl.load(x_rows + ahead[None, :], mask=m_mask[:, None] & (ahead < k_end)[None, :],
-                                      other=0.0)
+                    xs_next = _x_rows(x_rows, offs_k + BLOCK_K, m_mask, k_end, FLOW_IN)
                 else:
-                    xs = tl.load(x_rows + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :],
-                                 other=0.0).to(tl.float32)
+                    xs = _x_rows(x_rows, offs_k, m_mask, k_end, FLOW_IN).to(tl.float32)
                 ss += tl.sum(xs * xs, axis=1)
                 if NORM == 1:
                     if K_WARPS > 1:
@@ -293,6 +290,17 @@ def _rows_acc(
             if TWO:
                 acc2 *= tl.load(scale_ptr + up_rows + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
         return acc, acc2, ss, res
+
+
+@triton.jit
+def _x_rows(x_rows, offs_k, m_mask, k_end, FLOW_IN: tl.constexpr):
+    """x's [BLOCK_M, BLOCK_K] block at offs_k (0 past k_end); from L2 (.cg) when another kernel is still
+    writing x (FLOW_IN): never from an L1 line an earlier read left."""
+    mask = m_mask[:, None] & (offs_k < k_end)[None, :]
+    if FLOW_IN:
+        return tl.load(x_rows + offs_k[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+    else:
+        return tl.load(x_rows + offs_k[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
