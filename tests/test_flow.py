@@ -82,6 +82,8 @@ def test_flow_misuse_is_named(device):
         sg.skinny_gemm(x, *gate_up, argmax=True, flow_out="mlp")
     with pytest.raises(ValueError, match="a flow's pair is one of mlp, o, gate_up, qkv, got 'up'"):
         sg.skinny_gemm(x, *gate_up, swiglu=True, flow_out="up")
+    with pytest.raises(AssertionError, match="two pairs, got 'mlp' twice"):
+        sg.skinny_gemm(x, *gate_up, swiglu=True, flow_in="mlp", flow_out="mlp")
 
 
 def test_flow_modes(monkeypatch):

@@ -396,9 +396,9 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     t = case.m
     if case.op.startswith("linear"):
         op, flows = case.op, {}
-        for marker, end in ((FLOW_OUT, "flow_out"), (FLOW_IN, "flow_in")):
+        for marker, end, pair in ((FLOW_OUT, "flow_out", "mlp"), (FLOW_IN, "flow_in", "o")):
             if op.endswith(marker):
-                op, flows[end] = op.removesuffix(marker), "mlp"
+                op, flows[end] = op.removesuffix(marker), pair
         n, k = map(int, case.shape.split("x"))
         x = torch.empty(t, k, dtype=bf16)
         w = torch.empty(n, k, dtype=torch.int8 if case.kind == "int8" else bf16)

@@ -440,6 +440,7 @@ def skinny_gemm(
     norm_mode = 1 if norm is not None else 2 if unit_norm else 3 if norm_sums is not None else 0
     flow = (1 if flow_in else 0) | (2 if flow_out else 0)
     assert not (flow and argmax), "the argmax LM head takes part in no flow"
+    assert not flow_in or flow_in != flow_out, f"a launch consumes and produces on two pairs, got {flow_in!r} twice"
     if residual is not None:
         assert not swiglu, "a residual add follows o_proj or down_proj, not the gate_up"
         assert residual.shape == (m, n) and residual.dtype == x.dtype and residual.stride(1) == 1, \
