@@ -92,13 +92,43 @@ def test_engine_decodes_the_same_tokens_with_the_chain(tmp_path, monkeypatch):
     """Plain greedy and greedy DFlash (exact mode), fused layers: every flow on at once (the attention's, the
     MLP's and both residual pairs, the down projection feeding the next layer's qkv) decodes the tokens of
     none, and no pair is left unconsumed."""
+    from tileinfer.ops import decode_attention
+
+    pairs = set()
+    for module in (sg, decode_attention):
+        monkeypatch.setattr(module, "produced", lambda device, pair, counters, produced=module.produced: (
+            pairs.add(pair), produced(device, pair, counters)))
+
     def flows(on):
         monkeypatch.setattr(flow_module.MLP_FLOW, "mode", "on" if on else "off")
         monkeypatch.setattr(flow_module.RES_FLOW, "mode", "on" if on else "off")
         monkeypatch.setattr(flow_module.O_FLOW, "on", on)
     before = set(flow_module.unconsumed(torch.device("cpu")))
     assert_settings_decode_alike(tmp_path, monkeypatch, [lambda: flows(False), lambda: flows(True)], seed=9)
+    assert pairs == set(flow_module.PAIRS), f"pairs produced: {sorted(pairs)}"
     assert set(flow_module.unconsumed(torch.device("cpu"))) <= before
+
+
+def test_int8_gemvs_decode_the_same_tokens_with_their_residual_flows(tmp_path, monkeypatch):
+    """INT8 weights outside exact mode, fused layers: plain greedy decoding with the residual flows for INT8
+    GEMVs (the gate_up and the next qkv each a consumer, their norms summed from x as it comes) gives the
+    tokens of decoding without them."""
+    import tileinfer
+    from tests.helpers import tiny_target
+
+    monkeypatch.setenv("TILEINFER_FUSE_NORMS", "1")
+    target = tiny_target(tmp_path, dtype=torch.bfloat16, num_hidden_layers=3)
+    ids = torch.randint(0, 150, (21,), generator=torch.Generator().manual_seed(4)).tolist()
+    runs, pairs = [], set()
+    produced = sg.produced
+    monkeypatch.setattr(sg, "produced", lambda device, pair, counters: (pairs.add(pair), produced(device, pair,
+                                                                                                   counters)))
+    for mode in ("off", "int8"):
+        monkeypatch.setattr(flow_module.RES_FLOW, "mode", mode)
+        engine = tileinfer.load(target, weights="int8", backend="triton", exact=False)
+        runs.append(engine.generate(ids, 10, stop_ids=[]).tokens)
+        assert ({"gate_up", "qkv"} <= pairs) == (mode == "int8"), f"{mode}: pairs produced {sorted(pairs)}"
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.gpu
