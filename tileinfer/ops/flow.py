@@ -153,18 +153,18 @@ def _backoff(v):
 
 
 @triton.jit
-def flow_ready(flow_ptr, ready, need, K, M):
-    """Wait until x's columns below `need` are stored in all M rows, given those below `ready` are: the
-    first counters from `ready`'s chunk on are read together (acquire) and the bound moves to the first
-    chunk short of its columns × M; reads repeat, with a back-off, until it reaches `need`. Returns the new
-    bound."""
+def flow_ready(flow_ptr, ready, need, K, M, SCAN: tl.constexpr = FLOW_SCAN):
+    """Wait until x's columns below `need` are stored in all M rows, given those below `ready` are: SCAN
+    counters from `ready`'s chunk on are read together (acquire) and the bound moves to the first chunk
+    short of its columns × M; reads repeat, with a back-off, until it reaches `need`. Returns the new
+    bound. A narrow SCAN for a wait of a chunk or two keeps the waiting loop's registers few."""
     while ready < need:
         c0 = ready // FLOW_CHUNK
-        cs = c0 + tl.arange(0, FLOW_SCAN)
+        cs = c0 + tl.arange(0, SCAN)
         live = cs * FLOW_CHUNK < K
         got = tl.atomic_add(flow_ptr + cs, 0, mask=live, sem="acquire")
         full = (got >= tl.minimum(FLOW_CHUNK, K - cs * FLOW_CHUNK) * M) | (~live)
-        short = tl.min(tl.where(full, FLOW_SCAN, tl.arange(0, FLOW_SCAN)), axis=0)
+        short = tl.min(tl.where(full, SCAN, tl.arange(0, SCAN)), axis=0)
         moved = tl.maximum(ready, (c0 + short) * FLOW_CHUNK)
         if moved == ready:
             _backoff(ready)

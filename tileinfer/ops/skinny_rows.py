@@ -16,7 +16,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from tileinfer.ops import INTERPRET
-from tileinfer.ops.flow import flow_ready
+from tileinfer.ops.flow import FLOW_CHUNK, flow_ready
 from tileinfer.ops.pdl import prefetch_l2
 
 MAX_M = 16
@@ -154,8 +154,10 @@ def _rows_acc(
     that many warps on one tile's rows; the slices' sums are added once, after the loop.
     PREFETCH_AHEAD: every iteration also asks L2 for the weight K-block that many blocks ahead (`_prefetch_ahead`).
     FLOW_IN: x is another GEMM's output still being written (`tileinfer.ops.flow`): no grid-dependency wait;
-    the GEMV waits for each K-block's columns of x (flow_ptr's counters over x's K columns) before it reads
-    them from L2, the tl.dot path for its whole K range before its (pipelined) loop."""
+    the GEMV waits for each chunk of x's columns (flow_ptr's counters; a K-block where it is wider) before an
+    inner loop reads them from L2, the tl.dot path for its whole K range before its (pipelined) loop. The
+    wait sits between loops: inside the K loop it took the INT8 GEMVs up to 80 more registers a thread and
+    a third of their blocks per SM (`tileinfer profile compiled`)."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -178,29 +180,21 @@ def _rows_acc(
             w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
         given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, BLOCK_M, PDL and not FLOW_IN,
                                        EARLY_SUMS, EARLY_RES)
-        ready = k_start
-        for k0 in range(k_start, k_end, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
-            w = w_next
-            w2 = w2_next
-            ahead = offs_k + BLOCK_K
-            w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
-            if TWO:
-                w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
-            if FLOW_IN:
-                ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K, 1)
-                xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0, cache_modifier=".cg").to(tl.float32)
-            else:
-                xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
-            if NORM:
-                sq += xk * xk
-                if NORM == 1:
-                    xk = xk * tl.load(g_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
-            xk = xk[None, :]
-            if TWO:
-                acc2 += _weight_to(w2, tl.float32, FAST_I8) * xk
-            acc += _weight_to(w, tl.float32, FAST_I8) * xk
+        if FLOW_IN:  # a wait per chunk of x's columns, between loops: inside one it costs a third of the registers
+            SEG: tl.constexpr = max(BLOCK_K, FLOW_CHUNK)
+            SEG_SCAN: tl.constexpr = 2 * SEG // FLOW_CHUNK  # the chunks a segment can touch, unaligned
+            for s0 in range(k_start, k_end, SEG):
+                seg_end = tl.minimum(s0 + SEG, k_end)
+                flow_ready(flow_ptr, s0, seg_end, K, 1, SEG_SCAN)
+                for k0 in range(s0, seg_end, BLOCK_K):
+                    acc, acc2, sq, w_next, w2_next = _gemv_step(
+                        x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
+                        BLOCK_K, TWO, NORM, FAST_I8, LINES, PREFETCH_AHEAD, True)
+        else:
+            for k0 in range(k_start, k_end, BLOCK_K):
+                acc, acc2, sq, w_next, w2_next = _gemv_step(
+                    x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
+                    BLOCK_K, TWO, NORM, FAST_I8, LINES, PREFETCH_AHEAD, False)
         out = tl.sum(acc, axis=1)
         out2 = tl.sum(acc2, axis=1)
         ss = tl.sum(sq, axis=0)
@@ -293,6 +287,64 @@ def _rows_acc(
 
 
 @triton.jit
+def _gemv_step(x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
+               BLOCK_K: tl.constexpr, TWO: tl.constexpr, NORM: tl.constexpr, FAST_I8: tl.constexpr,
+               LINES: tl.constexpr, PREFETCH_AHEAD: tl.constexpr, FLOW_IN: tl.constexpr):
+    """One K-block of the GEMV at k0: the next weight tile asked for, this one's products added (x read from
+    L2 when another kernel still writes it, FLOW_IN). Returns the sums and the tiles in flight."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
+    w = w_next
+    w2 = w2_next
+    ahead = offs_k + BLOCK_K
+    w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
+    if TWO:
+        w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
+    if FLOW_IN:
+        xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0, cache_modifier=".cg").to(tl.float32)
+    else:
+        xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
+    if NORM:
+        sq += xk * xk
+        if NORM == 1:
+            xk = xk * tl.load(g_ptr + offs_k, mask=offs_k < k_end, other=0.0).to(tl.float32)
+    xk = xk[None, :]
+    if TWO:
+        acc2 += _weight_to(w2, tl.float32, FAST_I8) * xk
+    acc += _weight_to(w, tl.float32, FAST_I8) * xk
+    return acc, acc2, sq, w_next, w2_next
+
+
+@triton.jit
+def _words_step(x_words, g_words, w_ptr, byte_rows, w_rows, w_rows2, w_mask, up_rows, stride_wn, j0, j_end, k_end,
+                acc, acc2, sq, w_next, w2_next, BLOCK_K: tl.constexpr, KW: tl.constexpr, TWO: tl.constexpr,
+                NORM: tl.constexpr, LINES: tl.constexpr, PREFETCH_AHEAD: tl.constexpr, FLOW_IN: tl.constexpr):
+    """`_gemv_step` for int8 weight words (`_rows_acc_words`), at word j0."""
+    offs_j = j0 + tl.arange(0, KW)
+    _prefetch_ahead(w_ptr, byte_rows, byte_rows + up_rows * stride_wn, w_mask, j0 * 4, k_end, BLOCK_K, LINES, TWO,
+                    PREFETCH_AHEAD)
+    w = w_next
+    w2 = w2_next
+    ahead = offs_j + KW
+    w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
+    if TWO:
+        w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
+    if FLOW_IN:
+        x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0, cache_modifier=".cg"))
+    else:
+        x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0))
+    if NORM:
+        sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
+        if NORM == 1:
+            g0, g1, g2, g3 = _bf16_words(tl.load(g_words + offs_j, mask=offs_j < j_end, other=0))
+            x0, x1, x2, x3 = x0 * g0, x1 * g1, x2 * g2, x3 * g3
+    if TWO:
+        acc2 = _words_fma(acc2, w2, x0, x1, x2, x3)
+    acc = _words_fma(acc, w, x0, x1, x2, x3)
+    return acc, acc2, sq, w_next, w2_next
+
+
+@triton.jit
 def _x_rows(x_rows, offs_k, m_mask, k_end, FLOW_IN: tl.constexpr):
     """x's [BLOCK_M, BLOCK_K] block at offs_k (0 past k_end); from L2 (.cg) when another kernel is still
     writing x (FLOW_IN): never from an L1 line an earlier read left."""
@@ -328,30 +380,21 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
         w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
     given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL and not FLOW_IN, EARLY_SUMS,
                                    EARLY_RES)
-    ready = k_start
-    for j0 in range(k_start // 4, j_end, KW):
-        offs_j = j0 + tl.arange(0, KW)
-        _prefetch_ahead(w_ptr, byte_rows, byte_rows + up_rows * stride_wn, w_mask, j0 * 4, k_end, BLOCK_K, LINES, TWO,
-                        PREFETCH_AHEAD)
-        w = w_next
-        w2 = w2_next
-        ahead = offs_j + KW
-        w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
-        if TWO:
-            w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
-        if FLOW_IN:
-            ready = flow_ready(flow_ptr, ready, tl.minimum(j0 * 4 + BLOCK_K, k_end), K, 1)
-            x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0, cache_modifier=".cg"))
-        else:
-            x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0))
-        if NORM:
-            sq += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
-            if NORM == 1:
-                g0, g1, g2, g3 = _bf16_words(tl.load(g_words + offs_j, mask=offs_j < j_end, other=0))
-                x0, x1, x2, x3 = x0 * g0, x1 * g1, x2 * g2, x3 * g3
-        if TWO:
-            acc2 = _words_fma(acc2, w2, x0, x1, x2, x3)
-        acc = _words_fma(acc, w, x0, x1, x2, x3)
+    if FLOW_IN:  # a wait per chunk of x's columns, between loops (as the GEMV's)
+        SEG: tl.constexpr = max(KW, FLOW_CHUNK // 4)
+        SEG_SCAN: tl.constexpr = 8 * SEG // FLOW_CHUNK
+        for s0 in range(k_start // 4, j_end, SEG):
+            seg_end = tl.minimum(s0 + SEG, j_end)
+            flow_ready(flow_ptr, s0 * 4, tl.minimum(seg_end * 4, k_end), K, 1, SEG_SCAN)
+            for j0 in range(s0, seg_end, KW):
+                acc, acc2, sq, w_next, w2_next = _words_step(
+                    x_words, g_words, w_ptr, byte_rows, w_rows, w_rows2, w_mask, up_rows, stride_wn, j0, j_end, k_end,
+                    acc, acc2, sq, w_next, w2_next, BLOCK_K, KW, TWO, NORM, LINES, PREFETCH_AHEAD, True)
+    else:
+        for j0 in range(k_start // 4, j_end, KW):
+            acc, acc2, sq, w_next, w2_next = _words_step(
+                x_words, g_words, w_ptr, byte_rows, w_rows, w_rows2, w_mask, up_rows, stride_wn, j0, j_end, k_end,
+                acc, acc2, sq, w_next, w2_next, BLOCK_K, KW, TWO, NORM, LINES, PREFETCH_AHEAD, False)
     out = tl.sum(acc, axis=1) * tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
     out2 = tl.sum(acc2, axis=1)
     if TWO:
