@@ -154,10 +154,11 @@ def _rows_acc(
     that many warps on one tile's rows; the slices' sums are added once, after the loop.
     PREFETCH_AHEAD: every iteration also asks L2 for the weight K-block that many blocks ahead (`_prefetch_ahead`).
     FLOW_IN: x is another GEMM's output still being written (`tileinfer.ops.flow`): no grid-dependency wait;
-    the GEMV waits for each chunk of x's columns (flow_ptr's counters; a K-block where it is wider) before an
-    inner loop reads them from L2, the tl.dot path for its whole K range before its (pipelined) loop. The
-    wait sits between loops: inside the K loop it took the INT8 GEMVs up to 80 more registers a thread and
-    a third of their blocks per SM (`tileinfer profile compiled`)."""
+    the GEMV waits for each K-block's columns of x (flow_ptr's counters, read a block's chunks at once) before
+    it reads them from L2, the tl.dot path for its whole K range before its (pipelined) loop. The int8 words'
+    GEMV waits between loops (a block per trip of an outer one): waiting inside its K loop took it up to 80
+    more registers a thread and a third of its blocks per SM (`tileinfer profile compiled`); the BF16 GEMV
+    keeps the wait inside, where the outer loop cost it more."""
     w_rows = w_ptr + offs_n[:, None] * stride_wn
     w_rows2 = w_rows + up_rows * stride_wn
     w_mask = n_mask[:, None]
@@ -180,21 +181,14 @@ def _rows_acc(
             w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
         given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, BLOCK_M, PDL and not FLOW_IN,
                                        EARLY_SUMS, EARLY_RES)
-        if FLOW_IN:  # a wait per chunk of x's columns, between loops: inside one it costs a third of the registers
-            SEG: tl.constexpr = max(BLOCK_K, FLOW_CHUNK)
-            SEG_SCAN: tl.constexpr = 2 * SEG // FLOW_CHUNK  # the chunks a segment can touch, unaligned
-            for s0 in range(k_start, k_end, SEG):
-                seg_end = tl.minimum(s0 + SEG, k_end)
-                flow_ready(flow_ptr, s0, seg_end, K, 1, SEG_SCAN)
-                for k0 in range(s0, seg_end, BLOCK_K):
-                    acc, acc2, sq, w_next, w2_next = _gemv_step(
-                        x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
-                        BLOCK_K, TWO, NORM, FAST_I8, LINES, PREFETCH_AHEAD, True)
-        else:
-            for k0 in range(k_start, k_end, BLOCK_K):
-                acc, acc2, sq, w_next, w2_next = _gemv_step(
-                    x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
-                    BLOCK_K, TWO, NORM, FAST_I8, LINES, PREFETCH_AHEAD, False)
+        SCAN: tl.constexpr = 2 * max(BLOCK_K, FLOW_CHUNK) // FLOW_CHUNK  # the flow chunks a block can touch
+        ready = k_start
+        for k0 in range(k_start, k_end, BLOCK_K):
+            if FLOW_IN:
+                ready = flow_ready(flow_ptr, ready, tl.minimum(k0 + BLOCK_K, k_end), K, 1, SCAN)
+            acc, acc2, sq, w_next, w2_next = _gemv_step(
+                x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
+                BLOCK_K, TWO, NORM, FAST_I8, LINES, PREFETCH_AHEAD, FLOW_IN)
         out = tl.sum(acc, axis=1)
         out2 = tl.sum(acc2, axis=1)
         ss = tl.sum(sq, axis=0)
@@ -380,13 +374,13 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
         w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
     given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL and not FLOW_IN, EARLY_SUMS,
                                    EARLY_RES)
-    if FLOW_IN:  # a wait per chunk of x's columns, between loops (as the GEMV's)
-        SEG: tl.constexpr = max(KW, FLOW_CHUNK // 4)
-        SEG_SCAN: tl.constexpr = 8 * SEG // FLOW_CHUNK
-        for s0 in range(k_start // 4, j_end, SEG):
-            seg_end = tl.minimum(s0 + SEG, j_end)
-            flow_ready(flow_ptr, s0 * 4, tl.minimum(seg_end * 4, k_end), K, 1, SEG_SCAN)
-            for j0 in range(s0, seg_end, KW):
+    if FLOW_IN:  # each block's wait outside the loop that reads it: inside, it costs a third of the registers
+        SCAN: tl.constexpr = 2 * max(BLOCK_K, FLOW_CHUNK) // FLOW_CHUNK
+        ready = k_start
+        for s0 in range(k_start // 4, j_end, KW):
+            block_end = tl.minimum(s0 + KW, j_end)
+            ready = flow_ready(flow_ptr, ready, tl.minimum(block_end * 4, k_end), K, 1, SCAN)
+            for j0 in range(s0, block_end, KW):  # one trip the compiler cannot see as one
                 acc, acc2, sq, w_next, w2_next = _words_step(
                     x_words, g_words, w_ptr, byte_rows, w_rows, w_rows2, w_mask, up_rows, stride_wn, j0, j_end, k_end,
                     acc, acc2, sq, w_next, w2_next, BLOCK_K, KW, TWO, NORM, LINES, PREFETCH_AHEAD, True)
