@@ -175,10 +175,7 @@ def _rows_acc(
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         sq = tl.zeros((BLOCK_K,), dtype=tl.float32)
         offs_k = k_start + tl.arange(0, BLOCK_K)
-        w_next = tl.load(w_rows + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
-        w2_next = w_next
-        if TWO:
-            w2_next = tl.load(w_rows2 + offs_k[None, :], mask=w_mask & (offs_k < k_end)[None, :], other=0.0)
+        w_next, w2_next = _weight_tiles(w_rows, w_rows2, w_mask, offs_k, k_end, 0.0, TWO)
         given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, BLOCK_M, PDL and not FLOW_IN,
                                        EARLY_SUMS, EARLY_RES)
         SCAN: tl.constexpr = 2 * max(BLOCK_K, FLOW_CHUNK) // FLOW_CHUNK  # the flow chunks a block can touch
@@ -281,6 +278,18 @@ def _rows_acc(
 
 
 @triton.jit
+def _weight_tiles(w_rows, w_rows2, w_mask, offs, end, w2_keep, TWO: tl.constexpr):
+    """The weight tiles at column offsets offs (0 from end on): the rows' and, for two halves (TWO), the second
+    half's; without TWO the second is w2_keep, unchanged, so a loop carries no second tile."""
+    mask = w_mask & (offs < end)[None, :]
+    w = tl.load(w_rows + offs[None, :], mask=mask, other=0)
+    w2 = w2_keep
+    if TWO:
+        w2 = tl.load(w_rows2 + offs[None, :], mask=mask, other=0)
+    return w, w2
+
+
+@triton.jit
 def _gemv_step(x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc2, sq, w_next, w2_next,
                BLOCK_K: tl.constexpr, TWO: tl.constexpr, NORM: tl.constexpr, FAST_I8: tl.constexpr,
                LINES: tl.constexpr, PREFETCH_AHEAD: tl.constexpr, FLOW_IN: tl.constexpr):
@@ -288,12 +297,8 @@ def _gemv_step(x_ptr, w_ptr, g_ptr, w_rows, w_rows2, w_mask, k0, k_end, acc, acc
     L2 when another kernel still writes it, FLOW_IN). Returns the sums and the tiles in flight."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     _prefetch_ahead(w_ptr, w_rows, w_rows2, w_mask, k0, k_end, BLOCK_K, LINES, TWO, PREFETCH_AHEAD)
-    w = w_next
-    w2 = w2_next
-    ahead = offs_k + BLOCK_K
-    w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
-    if TWO:
-        w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < k_end)[None, :], other=0.0)
+    w, w2 = w_next, w2_next
+    w_next, w2_next = _weight_tiles(w_rows, w_rows2, w_mask, offs_k + BLOCK_K, k_end, w2_next, TWO)
     if FLOW_IN:
         xk = tl.load(x_ptr + offs_k, mask=offs_k < k_end, other=0.0, cache_modifier=".cg").to(tl.float32)
     else:
@@ -317,12 +322,8 @@ def _words_step(x_words, g_words, w_ptr, byte_rows, w_rows, w_rows2, w_mask, up_
     offs_j = j0 + tl.arange(0, KW)
     _prefetch_ahead(w_ptr, byte_rows, byte_rows + up_rows * stride_wn, w_mask, j0 * 4, k_end, BLOCK_K, LINES, TWO,
                     PREFETCH_AHEAD)
-    w = w_next
-    w2 = w2_next
-    ahead = offs_j + KW
-    w_next = tl.load(w_rows + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
-    if TWO:
-        w2_next = tl.load(w_rows2 + ahead[None, :], mask=w_mask & (ahead < j_end)[None, :], other=0)
+    w, w2 = w_next, w2_next
+    w_next, w2_next = _weight_tiles(w_rows, w_rows2, w_mask, offs_j + KW, j_end, w2_next, TWO)
     if FLOW_IN:
         x0, x1, x2, x3 = _bf16_words(tl.load(x_words + offs_j, mask=offs_j < j_end, other=0, cache_modifier=".cg"))
     else:
@@ -368,10 +369,7 @@ def _rows_acc_words(x_ptr, w_ptr, scale_ptr, g_ptr, offs_n, n_mask, k_start, k_e
     acc2 = tl.zeros((BLOCK_N, KW), dtype=tl.float32)
     sq = tl.zeros((KW,), dtype=tl.float32)
     offs_j = k_start // 4 + tl.arange(0, KW)
-    w_next = tl.load(w_rows + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
-    w2_next = w_next
-    if TWO:
-        w2_next = tl.load(w_rows2 + offs_j[None, :], mask=w_mask & (offs_j < j_end)[None, :], other=0)
+    w_next, w2_next = _weight_tiles(w_rows, w_rows2, w_mask, offs_j, j_end, 0.0, TWO)
     given, res = _wait_then_inputs(sums_ptr, sums_tiles, 0, res_ptrs, res_mask, 1, PDL and not FLOW_IN, EARLY_SUMS,
                                    EARLY_RES)
     if FLOW_IN:  # each block's wait outside the loop that reads it: inside, it costs a third of the registers
