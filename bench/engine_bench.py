@@ -78,8 +78,8 @@ def write_profile(prof, out, weights, point, base):
     prof.summary.assign(**keys).to_csv(out / f"dflash_profile_{tag}.csv", index=False)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_args(parser) -> None:
+    """The arguments of a run over one random-weight shape's engines: where, which shape, points and weights."""
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--preset", default="qwen3-4b")
     parser.add_argument("--points", default="1k,8k")
@@ -87,6 +87,11 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_args(parser)
     parser.add_argument("--features", action="store_true", help="also eager / one split / cuBLAS variants at the first point")
     parser.add_argument("--profile", action="store_true", help="kernel profiles of a DFlash step at the last point")
     args = parser.parse_args(argv)

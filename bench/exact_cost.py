@@ -15,21 +15,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tileinfer  # noqa: E402
-from bench.engine_bench import POINTS, checkpoints, replayed, timed  # noqa: E402
+from bench.engine_bench import POINTS, add_run_args, checkpoints, replayed, timed  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
-from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--preset", default="qwen3-4b")
-    parser.add_argument("--points", default="1k,8k")
-    parser.add_argument("--weights", default="bf16,int8")
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--root", default=str(BENCH_ROOT))
+    add_run_args(parser)
     args = parser.parse_args(argv)
     env = environment(measure_bandwidth=False)
     base = {k: env[k] for k in ("gpu", "torch", "triton", "git_rev")} | {

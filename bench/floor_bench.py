@@ -240,8 +240,7 @@ def main(argv=None):
                         help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
                              "(floor_launches_<gpu>.csv)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
-    parser.add_argument("--override", default="none",
-                        help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
+    tuned_override.add_argument(parser)
     args = parser.parse_args(argv)
     for name in ("prefetch_k", "prefetch_ahead", "stream_k"):
         try:
@@ -270,10 +269,7 @@ def main(argv=None):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
-    try:
-        patch = tuned_override.for_this_machine(args.override)
-    except ValueError as e:
-        parser.error(f"--override: {e}")
+    patch = tuned_override.from_args(parser, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(measure_bandwidth=args.bandwidth_gbs is None and torch.cuda.is_available())

@@ -109,8 +109,7 @@ def main(argv=None):
     parser.add_argument("--chunk", default=str(DEFAULT_PREFILL_CHUNK),
                         help="prefill chunk sizes in tokens, comma-separated: each runs in turn (its rows name it)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
-    parser.add_argument("--override", default="none",
-                        help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
+    tuned_override.add_argument(parser)
     args = parser.parse_args(argv)
     weights = args.weights.split(",")
     unknown = [w for w in weights if w not in ("bf16", "int8")]
@@ -124,10 +123,7 @@ def main(argv=None):
         parser.error(f"--chunk: expected token counts separated by commas, got {args.chunk!r}")
     if min(chunks) < 1:
         parser.error(f"--chunk: chunk sizes must be >= 1, got {args.chunk!r}")
-    try:
-        patch = tuned_override.for_this_machine(args.override)
-    except ValueError as e:
-        parser.error(f"--override: {e}")
+    patch = tuned_override.from_args(parser, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = {**environment(measure_bandwidth=torch.cuda.is_available()), "command": command_line(),

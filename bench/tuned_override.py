@@ -69,6 +69,19 @@ def for_this_machine(text: str) -> dict:
     return patch
 
 
+def add_argument(parser) -> None:
+    parser.add_argument("--override", default="none",
+                        help="tuned values replaced for this run, a JSON object or .json file (bench/tuned_override.py)")
+
+
+def from_args(parser, args) -> dict:
+    """The --override patch for this machine; one that cannot apply ends the run as the parser's error."""
+    try:
+        return for_this_machine(args.override)
+    except ValueError as e:
+        parser.error(f"--override: {e}")
+
+
 def label(patch: dict) -> str:
     """The patch as one line for a result's column: "none" when empty."""
     return json.dumps(patch, sort_keys=True, separators=(",", ":")) if patch else "none"
