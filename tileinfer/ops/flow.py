@@ -97,6 +97,14 @@ def flow_counters(device: torch.device, columns: int, pair: str) -> torch.Tensor
                  torch.int32)
 
 
+def _device(device) -> torch.device:
+    """`device` with its index: "cuda" and "cuda:0" are one device's buffers and bookkeeping."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _check_pair(pair: str) -> None:
     if pair not in PAIRS:
         raise ValueError(f"a flow's pair is one of {', '.join(PAIRS)}, got {pair!r}")
@@ -106,20 +114,21 @@ def produced(device: torch.device, pair: str, counters: torch.Tensor) -> None:
     """Book a producer launch of `pair` on `device` whose counts go to `counters`; counts an earlier
     producer left unconsumed are zeroed first."""
     _check_pair(pair)
-    if (device, pair) in _UNCONSUMED:
+    key = (_device(device), pair)
+    if key in _UNCONSUMED:
         counters.zero_()
-    _UNCONSUMED.add((device, pair))
+    _UNCONSUMED.add(key)
 
 
 def consumed(device: torch.device, pair: str) -> None:
     """Book a consumer launch of `pair` on `device`: it leaves the counters zeroed."""
     _check_pair(pair)
-    _UNCONSUMED.discard((device, pair))
+    _UNCONSUMED.discard((_device(device), pair))
 
 
 def unconsumed(device: torch.device) -> list[str]:
     """The pairs on `device` whose last producer's counts no consumer has taken."""
-    device = torch.device(device)
+    device = _device(device)
     return sorted(p for d, p in _UNCONSUMED if d == device)
 
 
@@ -136,7 +145,7 @@ def consumer_partials(device: torch.device, shape: tuple, pair: str, kind: str =
 
 
 def _kept(kind: str, device: torch.device, n: int, dtype: torch.dtype) -> torch.Tensor:
-    device = torch.device(device)
+    device = _device(device)
     buf = _KEPT.get((kind, device))
     if buf is None or buf.numel() < n:
         if buf is not None:
