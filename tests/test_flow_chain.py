@@ -68,16 +68,32 @@ def test_counts_left_unconsumed_are_cleared_before_the_next_producer(device):
     """A producer whose consumer never ran (an exception between them) leaves full counters: the next
     producer of the pair zeroes them first, so its consumer reads its own counts only."""
     o, gate_up, _, _, att, res, _ = _layer(1, False, device, 2)
-    counters = flow_module.flow_counters(device, HIDDEN, "gate_up")
+    sets = flow_module.flow_counters(device, HIDDEN, "gate_up")
     sg.skinny_gemm(att, *o, residual=res.clone(), flow_out="gate_up")
     assert "gate_up" in flow_module.unconsumed(device)
-    one_launch = counters.clone()
-    assert one_launch.sum().item() == HIDDEN, "each stored column counted once"
+    assert sets.sum().item() == HIDDEN, "each stored column counted once"
     stream = sg.skinny_gemm(att, *o, residual=res.clone(), flow_out="gate_up")
-    assert torch.equal(counters, one_launch), "the stale counts were cleared first"
+    assert sets.sum().item() == HIDDEN, "the stale counts were cleared first"
     got = sg.skinny_gemm(stream, *gate_up, swiglu=True, unit_norm=True, flow_in="gate_up")
     assert torch.equal(got, sg.skinny_gemm(stream, *gate_up, swiglu=True, unit_norm=True))
-    assert not counters.any() and "gate_up" not in flow_module.unconsumed(device)
+    assert not sets.any() and "gate_up" not in flow_module.unconsumed(device)
+
+
+def test_each_producer_counts_into_the_next_set_of_its_ring(device):
+    """Back-to-back pairs on one stream: a consumer may start while the one before it still runs, so each
+    producer counts into a set of its own (the ring's next, wrapping after RING), and its consumer reads that
+    set; a consumer with no producer waiting is an error, not a wait that never ends."""
+    sets = flow_module.flow_counters(device, HIDDEN, "gate_up")
+    taken = [flow_module.produced(device, "gate_up", HIDDEN) for _ in range(flow_module.RING + 1)]
+    assert taken[0].data_ptr() == taken[-1].data_ptr() != taken[1].data_ptr()
+    assert len({t.data_ptr() for t in taken}) == flow_module.RING
+    assert flow_module.consumer_counters(device, "gate_up", HIDDEN).data_ptr() == taken[-1].data_ptr()
+    flow_module.consumed(device, "gate_up")
+    with pytest.raises(ValueError, match="'gate_up' flow consumer is launched right after its producer"):
+        flow_module.consumer_counters(device, "gate_up", HIDDEN)
+    with pytest.raises(ValueError, match="a flow carries at most 523776 columns, got 600000"):
+        flow_module.produced(device, "gate_up", 600_000)
+    assert not sets.any()
 
 
 def test_residual_flow_modes(monkeypatch):
@@ -96,8 +112,8 @@ def test_engine_decodes_the_same_tokens_with_the_chain(tmp_path, monkeypatch):
 
     pairs = set()
     for module in (sg, decode_attention):
-        monkeypatch.setattr(module, "produced", lambda device, pair, counters, produced=module.produced: (
-            pairs.add(pair), produced(device, pair, counters)))
+        monkeypatch.setattr(module, "produced", lambda device, pair, columns, produced=module.produced: (
+            pairs.add(pair), produced(device, pair, columns))[1])
 
     def flows(on):
         monkeypatch.setattr(flow_module.MLP_FLOW, "mode", "on" if on else "off")
@@ -121,8 +137,8 @@ def test_int8_gemvs_decode_the_same_tokens_with_their_residual_flows(tmp_path, m
     ids = torch.randint(0, 150, (21,), generator=torch.Generator().manual_seed(4)).tolist()
     runs, pairs = [], set()
     produced = sg.produced
-    monkeypatch.setattr(sg, "produced", lambda device, pair, counters: (pairs.add(pair), produced(device, pair,
-                                                                                                   counters)))
+    monkeypatch.setattr(sg, "produced", lambda device, pair, columns: (pairs.add(pair), produced(device, pair,
+                                                                                                  columns))[1])
     for mode in ("off", "int8"):
         monkeypatch.setattr(flow_module.RES_FLOW, "mode", mode)
         engine = tileinfer.load(target, weights="int8", backend="triton", exact=False)

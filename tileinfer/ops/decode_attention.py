@@ -49,7 +49,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.attention import MAX_STEP_TOKENS
 from tileinfer.ops.counters import arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.flow import flow_counters, flow_signal, produced
+from tileinfer.ops.flow import flow_signal, produced
 from tileinfer.ops.pdl import bulk_prefetch_l2, launch_options, prefetch_l2
 from tileinfer.ops.rope import norm_rope_tile, rope_factors
 from tileinfer.ops.stamps import SLOTS, stamp
@@ -627,8 +627,7 @@ def decode_attention(
         )
 
     if flow:
-        flow_buf = flow_counters(q.device, num_q_heads * head_dim, "o")
-        produced(q.device, "o", flow_buf)
+        flow_buf = produced(q.device, "o", num_q_heads * head_dim)
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
            cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None, flow)

@@ -7,18 +7,26 @@ FLOW_CHUNK columns to a counter, and the consumer's programs, launched while the
 program. A down program whose K range the producer's first tiles make starts on it while the producer's
 last wave runs.
 
-Why it cannot deadlock: under PDL the consumer's programs become resident only once every producer program
-has started (each triggers its dependents first thing), so no producer program waits for a slot a spinning
-consumer holds. Why the counters start at zero each time: the consumer's last program to finish (a count
-after the chunks) clears them, and the next producer of the pair signals only after a grid-dependency wait
-(the decode attention's, at the latest) that orders it after that clearing: a consumer skips the wait at its
-start but makes it before it exits, so a grid's completion still implies its predecessor's, and a chain of
-flows (o → gate_up → down → qkv) stays ordered. Each pair has counters of its own (`PAIRS`), and each
-consumer its arrival counters and split-K scratch (`consumer_partials`): a consumer's programs run beside
-its producer's, which may be a consumer itself. The consumer reads nothing else the producer's predecessor
-writes before its first flow wait (residual rows and row sums come in its epilogue, after all of its
-tile's K), and writes nothing but its split-K partials before a tile's whole K is counted (when every
-producer program has stored its tiles, so is done with its inputs).
+Why it cannot deadlock: under PDL the consumer's programs become resident only once every producer program has
+started (each triggers its dependents first thing), so no producer program waits for a slot a spinning
+consumer holds.
+
+Why a consumer reads only its own producer's counts: the consumer's last program to finish (a count after the
+chunks) clears its set, and each producer launch counts into the next of its pair's RING sets. A consumer
+starts (PDL) once its producer's programs have, and so may start while the consumer before it, of the same
+pair, still runs and has not cleared its set yet: had they shared one set, it would read the earlier
+producer's full counts and go on before its own producer stored a column (seen on an H100 with other
+processes' kernels interleaved). With a ring, the earlier consumer still running on this one's set would be
+RING pairs back: every kernel here waits for its predecessor's grid before it exits, so all the launches
+between would be resident at once, at least 2·RING + 1 = 129 grids, more than the 128 a GPU runs together. A
+consumer skips the grid-dependency wait at its start but makes it before it exits, so a grid's completion
+still implies its predecessor's, and a chain of flows (o → gate_up → down → qkv) stays ordered.
+
+Each pair has counters of its own (`PAIRS`), and each consumer its arrival counters and split-K scratch
+(`consumer_partials`): a consumer's programs run beside its producer's, which may be a consumer itself. The
+consumer reads nothing else the producer's predecessor writes before its first flow wait (residual rows and
+row sums come in its epilogue, after all of its tile's K), and writes nothing but its split-K partials before
+a tile's whole K is counted (when every producer program has stored its tiles, so is done with its inputs).
 
 A producer's counts must meet their consumer: a pair produced and not consumed would leave full counters
 for the next consumer to read stale columns by. `produced`/`consumed` keep that book on the host, per device
@@ -81,20 +89,24 @@ SLEEP: tl.constexpr = tl.constexpr(not INTERPRET)  # back off between polls (the
 
 _KEPT: dict = {}
 _RETIRED: list = []  # outgrown buffers stay allocated: CUDA graphs captured on them still replay
-_MIN_SLOTS = 1024
+SET_SLOTS = 1024  # counters in one set: a chunk's each (523,776 columns at most), then the finish count
+RING = 64  # counter sets per pair, each producer launch taking the next (see the module's docstring)
 
 
 PAIRS = ("mlp", "o", "gate_up", "qkv")  # gate_up -> down, attention -> o, o -> gate_up, down -> next qkv
 _UNCONSUMED: set = set()  # (device, pair) whose last producer's counts no consumer has taken yet
+_NEXT: dict = {}  # (device, pair) -> the ring's set its next producer counts into
+_LAST: dict = {}  # (device, pair) -> the set its last producer counted into
 
 
 def flow_counters(device: torch.device, columns: int, pair: str) -> torch.Tensor:
-    """Zeroed int32 counters of `pair` (one of PAIRS) for a flow of `columns` producer columns on `device` (a
-    counter per FLOW_CHUNK columns, then the consumer's finish count), kept for the process: every flow
-    launch leaves them zeroed, and one pair's flows run one after another, so one buffer serves them all."""
+    """The int32 counter sets of `pair` (one of PAIRS) on `device`, [RING, SET_SLOTS]: in each, a counter per
+    FLOW_CHUNK of a flow's `columns` producer columns, then the consumer's finish count. Kept for the process;
+    every flow launch leaves its set zeroed."""
     _check_pair(pair)
-    return _kept(f"counters {pair}", device, max(triton.cdiv(columns, FLOW_CHUNK.value) + 1, _MIN_SLOTS),
-                 torch.int32)
+    if triton.cdiv(columns, FLOW_CHUNK.value) + 1 > SET_SLOTS:
+        raise ValueError(f"a flow carries at most {(SET_SLOTS - 1) * FLOW_CHUNK.value} columns, got {columns}")
+    return _kept(f"counters {pair}", device, RING * SET_SLOTS, torch.int32).view(RING, SET_SLOTS)
 
 
 def _device(device) -> torch.device:
@@ -110,14 +122,27 @@ def _check_pair(pair: str) -> None:
         raise ValueError(f"a flow's pair is one of {', '.join(PAIRS)}, got {pair!r}")
 
 
-def produced(device: torch.device, pair: str, counters: torch.Tensor) -> None:
-    """Book a producer launch of `pair` on `device` whose counts go to `counters`; counts an earlier
-    producer left unconsumed are zeroed first."""
-    _check_pair(pair)
+def produced(device: torch.device, pair: str, columns: int) -> torch.Tensor:
+    """Book a producer launch of `pair` on `device` with `columns` output columns: the counter set its counts
+    go to, the ring's next. A set an earlier producer left unconsumed is zeroed first."""
+    sets = flow_counters(device, columns, pair)
     key = (_device(device), pair)
     if key in _UNCONSUMED:
-        counters.zero_()
+        sets[_LAST[key]].zero_()
+    _LAST[key] = slot = _NEXT.get(key, 0)
+    _NEXT[key] = (slot + 1) % RING
     _UNCONSUMED.add(key)
+    return sets[slot]
+
+
+def consumer_counters(device: torch.device, pair: str, columns: int) -> torch.Tensor:
+    """The counter set of `pair`'s last producer on `device`, for the consumer launched after it; a consumer
+    with no producer waiting would spin forever, so that is an error."""
+    sets = flow_counters(device, columns, pair)
+    key = (_device(device), pair)
+    if key not in _UNCONSUMED:
+        raise ValueError(f"a {pair!r} flow consumer is launched right after its producer, and none is waiting")
+    return sets[_LAST[key]]
 
 
 def consumed(device: torch.device, pair: str) -> None:

@@ -43,7 +43,7 @@ from tileinfer.ops import INTERPRET
 from tileinfer.ops.argmax_keys import argmax_keys, key_column
 from tileinfer.ops.counters import argmax_slots, arrival_counters
 from tileinfer.ops.fit import launch_fitted, shrink
-from tileinfer.ops.flow import consumed, consumer_partials, flow_counters, flow_finish, flow_signal, produced
+from tileinfer.ops.flow import consumed, consumer_counters, consumer_partials, flow_finish, flow_signal, produced
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, num_sms
 from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.skinny_rows import MAX_M, SUM_ROWS, _given_sums, _rows_acc
@@ -461,8 +461,8 @@ def skinny_gemm(
     words = block_m == 1 and reads_words(x, w, scale, norm)
     # a flow's consumer reads nothing of the kernel before the producer until its first flow wait
     early = EARLY_EPILOGUE.on and (norm_mode == 3 or residual is not None) and not flow_in
-    flow_in_buf = flow_counters(x.device, k, flow_in) if flow_in else y
-    flow_out_buf = flow_counters(x.device, half if swiglu else n, flow_out) if flow_out else y
+    flow_in_buf = consumer_counters(x.device, flow_in, k) if flow_in else y
+    flow_out_buf = produced(x.device, flow_out, half if swiglu else n) if flow_out else y
 
     def launch(c: GemmConfig):
         nonlocal sums_out
@@ -507,8 +507,6 @@ def skinny_gemm(
 
     key = ("skinny_gemm", n, k, block_m, x.dtype, w.dtype, cfg, x.device, swiglu, norm_mode, residual is not None,
            argmax, row_sums, words, early, flow)
-    if flow_out:
-        produced(x.device, flow_out, flow_out_buf)
     launch_fitted(key, shrink(cfg, blocks=(("block_k", 32), ("block_n", 16))), launch)
     if flow_in:
         consumed(x.device, flow_in)
