@@ -26,7 +26,9 @@ Each pair has counters of its own (`PAIRS`), and each consumer its arrival count
 (`consumer_partials`): a consumer's programs run beside its producer's, which may be a consumer itself. The
 consumer reads nothing else the producer's predecessor writes before its first flow wait (residual rows and
 row sums come in its epilogue, after all of its tile's K), and writes nothing but its split-K partials before
-a tile's whole K is counted (when every producer program has stored its tiles, so is done with its inputs).
+a tile's whole K is counted: when every producer program has stored its tiles, so is done with its inputs, and
+when the consumer of the pair before it has finished, since a producer signals only after a grid-dependency
+wait (its own, or in a chain of flows the decode attention's) that follows that consumer.
 
 A producer's counts must meet their consumer: a pair produced and not consumed would leave full counters
 for the next consumer to read stale columns by. `produced`/`consumed` keep that book on the host, per device
@@ -50,7 +52,8 @@ from tileinfer.ops.switches import Switch
 # gate_up is bound by the int8 conversion, and the down projection's weight streams beside it. BF16 plain
 # decode went 289 -> 282 (its gate_up is bound by bytes already) and the DFlash steps were slower.
 MLP_FLOW_MODES = ("off", "on", "int8")
-# The o projection fed by the decode attention's flow (`Ops.attention_flows`): off until a GPU run gains
+# The o projection fed by the decode attention's flow (`Ops.attention_flows`): off, since on an H100 BF16 plain
+# decode went 288.9 -> 284.4 tok/s with it (bench/results/floor_flows_h100.csv)
 O_FLOW = Switch("TILEINFER_O_FLOW")
 set_o_flow, o_flow_label = O_FLOW.set, O_FLOW.label
 
@@ -79,7 +82,8 @@ MLP_FLOW = _FlowSetting("TILEINFER_MLP_FLOW", "int8", "MLP flow")
 set_mlp_flow, mlp_flow_label = MLP_FLOW.set, MLP_FLOW.label
 # The folded-norm projections fed by the residual projection before them (`Ops.residual_flows`): the
 # gate_up by the o projection, the next layer's qkv by the down projection; "int8": where that consumer is
-# an INT8 GEMV. Off until a GPU run gains.
+# an INT8 GEMV. Off: on an H100 it slowed INT8 plain decode 377.9 -> 254.4 tok/s ("int8") and BF16 288.9 ->
+# 262.1 ("on"; bench/results/floor_flows_h100.csv), the consumers' GEMVs waiting where they would stream.
 RES_FLOW = _FlowSetting("TILEINFER_RES_FLOW", "off", "residual flow")
 set_res_flow, res_flow_label = RES_FLOW.set, RES_FLOW.label
 
