@@ -84,6 +84,10 @@ def test_flow_misuse_is_named(device):
         sg.skinny_gemm(x, *gate_up, swiglu=True, flow_out="up")
     with pytest.raises(AssertionError, match="two pairs, got 'mlp' twice"):
         sg.skinny_gemm(x, *gate_up, swiglu=True, flow_in="mlp", flow_out="mlp")
+    act = sg.skinny_gemm(x, *gate_up, swiglu=True, flow_out="mlp")
+    sg.skinny_gemm(act, *down, residual=res.clone(), flow_in="mlp")
+    with pytest.raises(ValueError, match="'mlp' flow consumer is launched right after its producer, and none"):
+        sg.skinny_gemm(act, *down, residual=res.clone(), flow_in="mlp")
 
 
 def test_flow_modes(monkeypatch):
@@ -143,6 +147,37 @@ def test_qwen3_mlp_flows_in_a_graph(m, quantized):
         sg.skinny_gemm(act, *down, residual=residual, flow_in="mlp")
     _replays_hold(step, residual, want)
     assert not flow_module.flow_counters(device, 9728, "mlp").any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantized", [False, True])
+def test_back_to_back_pairs_in_a_graph_read_their_own_counts(quantized):
+    """Eight small MLPs, each a flowed pair, back to back in one CUDA graph (PDL on): a consumer starts once its
+    producer's programs have, when the consumer before it may not have cleared its counters yet, and must
+    still read only its own producer's counts, replay after replay."""
+    device = torch.device("cuda")
+    mlps = [_mlp(1, quantized, device, 40 + 2 * i) for i in range(8)]
+    want = torch.cat([sg.skinny_gemm(sg.skinny_gemm(x, *gate_up, swiglu=True), *down, residual=res.clone())
+                      for gate_up, down, x, _, res in mlps])
+    start = torch.cat([res for *_, res in mlps])
+    streams = start.clone()
+
+    def step():
+        for (gate_up, down, x, _, _), stream in zip(mlps, streams.split(1)):
+            act = sg.skinny_gemm(x, *gate_up, swiglu=True, flow_out="mlp")
+            sg.skinny_gemm(act, *down, residual=stream, flow_in="mlp")
+    step()  # compiles
+    assert torch.equal(streams, want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for replay in range(50):
+        streams.copy_(start)
+        graph.replay()
+        torch.cuda.synchronize()
+        wrong = sorted(set((streams != want).nonzero()[:, 0].tolist()))
+        assert not wrong, f"replay {replay}: pairs {wrong} read another producer's counts"
+    assert not flow_module.flow_counters(device, INTER, "mlp").any()
 
 
 @pytest.mark.parametrize("t,tokens_per_program", [(1, None), (5, 2), (16, 4)])
