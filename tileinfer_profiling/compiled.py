@@ -384,8 +384,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
     """Call the op as the engine does, on CPU tensors that are never read (nothing is launched)."""
     import torch
 
-    from tileinfer.ops import (commit, decode_attention, dequant, embedding, prefill_attention, rmsnorm, rope,
-                               skinny_gemm, swiglu, w8a16_gemm)
+    from tileinfer.ops import (commit, decode_attention, dequant, embedding, flow, prefill_attention, rmsnorm,
+                               rope, skinny_gemm, swiglu, w8a16_gemm)
     from tileinfer.ops.attention import MAX_STEP_TOKENS, SplitPolicy
     from tileinfer.ops.gemm_configs import GemmConfig, _lookup, m_bucket
     from tileinfer.ops.tuning import gpu_configs
@@ -412,6 +412,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         norm = torch.empty(k, dtype=bf16) if op.endswith("+ norm") else None
         residual = torch.empty(t, n, dtype=bf16) if "+ residual" in op else None
         sums = torch.empty(1, skinny_gemm.MAX_M) if op.endswith("norm from sums") else None
+        if "flow_in" in flows:  # a consumer reads the counter set its producer's launch took
+            flow.produced(x.device, flows["flow_in"], k)
         skinny_gemm.skinny_gemm(x, w, scale, config=cfg, swiglu=name == "gate_up", norm=norm, residual=residual,
                                 unit_norm=op.endswith("+ folded norm"), argmax=op.endswith("+ argmax"),
                                 row_sums=op.endswith("row sums"), norm_sums=sums, **flows)
