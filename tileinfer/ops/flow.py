@@ -98,9 +98,8 @@ RING = 64  # counter sets per pair, each producer launch taking the next (see th
 
 
 PAIRS = ("mlp", "o", "gate_up", "qkv")  # gate_up -> down, attention -> o, o -> gate_up, down -> next qkv
-_UNCONSUMED: set = set()  # (device, pair) whose last producer's counts no consumer has taken yet
 _NEXT: dict = {}  # (device, pair) -> the ring's set its next producer counts into
-_LAST: dict = {}  # (device, pair) -> the set its last producer counted into
+_UNCONSUMED: dict = {}  # (device, pair) -> the set its last producer counted into, until a consumer takes it
 
 
 def flow_counters(device: torch.device, columns: int, pair: str) -> torch.Tensor:
@@ -132,10 +131,9 @@ def produced(device: torch.device, pair: str, columns: int) -> torch.Tensor:
     sets = flow_counters(device, columns, pair)
     key = (_device(device), pair)
     if key in _UNCONSUMED:
-        sets[_LAST[key]].zero_()
-    _LAST[key] = slot = _NEXT.get(key, 0)
+        sets[_UNCONSUMED[key]].zero_()
+    _UNCONSUMED[key] = slot = _NEXT.get(key, 0)
     _NEXT[key] = (slot + 1) % RING
-    _UNCONSUMED.add(key)
     return sets[slot]
 
 
@@ -146,13 +144,13 @@ def consumer_counters(device: torch.device, pair: str, columns: int) -> torch.Te
     key = (_device(device), pair)
     if key not in _UNCONSUMED:
         raise ValueError(f"a {pair!r} flow consumer is launched right after its producer, and none is waiting")
-    return sets[_LAST[key]]
+    return sets[_UNCONSUMED[key]]
 
 
 def consumed(device: torch.device, pair: str) -> None:
     """Book a consumer launch of `pair` on `device`: it leaves the counters zeroed."""
     _check_pair(pair)
-    _UNCONSUMED.discard((_device(device), pair))
+    _UNCONSUMED.pop((_device(device), pair), None)
 
 
 def unconsumed(device: torch.device) -> list[str]:
