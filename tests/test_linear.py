@@ -260,7 +260,11 @@ def test_configs_lookup_and_heuristic():
     assert [m_bucket(m) for m in (1, 2, 4, 5, 16)] == [1, 4, 4, 16, 16]
     with pytest.raises(ValueError):
         m_bucket(17)
-    cfg = heuristic_config(2560, 4096, 1, "bf16")
+    cfg = heuristic_config(1024, 4096, 1, "bf16")
     assert cfg.split_k > 1  # too few row tiles for 132 SMs without splitting K
     assert heuristic_config(151936, 2560, 1, "bf16").split_k == 1
+    assert heuristic_config(1024, 4096, 16, "bf16").split_k == 2  # above M = 1, K is split in two at most
+    many_rows = heuristic_config(2560, 4096, 16, "int8")
+    assert many_rows.block_k >= 128 and not many_rows.fast_i8  # tl.dot tiles convert by cvt
+    assert heuristic_config(37, 50, 1, "int8").block_k == 64  # a short K is not padded past its power of two
     assert isinstance(get_config(37, 50, 1, "int8"), GemmConfig)

@@ -50,7 +50,9 @@ from tileinfer.ops.switches import Switch
 # "off" none, "int8" (the default) where the gate_up is an INT8 GEMV. On an H100 (Qwen3-4B shape, random
 # weights, 1k; bench/results/floor_mlp_flow_h100.csv) INT8 plain decode went 333 -> 386 tok/s with it: its
 # gate_up is bound by the int8 conversion, and the down projection's weight streams beside it. BF16 plain
-# decode went 289 -> 282 (its gate_up is bound by bytes already) and the DFlash steps were slower.
+# decode went 289 -> 282 (its gate_up is bound by bytes already) and the DFlash steps were slower. Against
+# the H100's full tunes (b615014, floor_flows_h100.csv, one run) INT8 plain decode went 478.5 -> 466.4 with it:
+# the default stands until both GPUs are measured again.
 MLP_FLOW_MODES = ("off", "on", "int8")
 # The o projection fed by the decode attention's flow (`Ops.attention_flows`): off, since on an H100 BF16 plain
 # decode went 288.9 -> 284.4 tok/s with it (bench/results/floor_flows_h100.csv)

@@ -97,15 +97,30 @@ def num_sms(device: torch.device) -> int:
 
 
 def heuristic_config(n: int, k: int, m: int, kind: str, num_sms: int = NUM_SMS_GUESS) -> GemmConfig:
-    """A reasonable config for a shape nobody tuned: enough programs to cover the SMs twice, split K if N is small."""
-    block_n = 16 if m == 1 else 64
-    block_k = 256 if kind == "bf16" else 256
+    """A config for a shape nobody tuned, from what the tunes of two GPUs chose: at M = 1 8 KB-16 KB K-blocks
+    of weight a tile and split K until the programs cover the SMs twice; above it tl.dot tiles, INT8 in two
+    warps converting by cvt, split K at most in two where the row tiles leave SMs idle."""
+    # µs over the best of the H100's full tune of the 4B shapes, geometric mean over qkv, o, gate_up, down,
+    # fc and lm_head (bench/results/gemm_heuristic_h100.csv), the rule before this one in brackets: M = 1
+    # BF16 1.04 (1.09), INT8 1.06 (1.31); M = 16 BF16 1.08 (1.25), INT8 1.17 (1.64). The H200's tuned
+    # winners (configs/nvidia_h200.json) take these tiles, or tiles of the same bytes, most often.
+    int8 = kind == "int8"
+    if m == 1:
+        block_n, block_k, num_warps, num_stages, fast_i8, cover, max_split = 8, 512, 4, 4, True, 2, None
+        if int8:
+            block_n = 32
+    elif int8:
+        block_n, block_k, num_warps, num_stages, fast_i8, cover, max_split = 32, 256, 2, 6, False, 1, 2
+    else:
+        block_n, block_k, num_warps, num_stages, fast_i8, cover, max_split = 64, 128, 4, 4, True, 1, 2
     block_k = min(block_k, max(16, 1 << (k - 1).bit_length()))
     n_tiles = -(-n // block_n)
     split_k = 1
-    while n_tiles * split_k < 2 * num_sms and k // (block_k * split_k * 2) >= 2:
+    while (n_tiles * split_k < cover * num_sms and k // (block_k * split_k * 2) >= 2
+           and (max_split is None or split_k * 2 <= max_split)):
         split_k *= 2
-    return GemmConfig(block_n=block_n, block_k=block_k, split_k=split_k, num_warps=4, num_stages=4)
+    return GemmConfig(block_n=block_n, block_k=block_k, split_k=split_k, num_warps=num_warps,
+                      num_stages=num_stages, fast_i8=fast_i8)
 
 
 def get_config(n: int, k: int, m: int, kind: str, device: torch.device | None = None,
