@@ -35,7 +35,9 @@ store them, and with it where that consumer is an INT8 GEMV (`flow.set_res_flow`
 auto,16,24` with the engine's split count for the decode attention and with each count given;
 `--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
 column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
-`--override '{"skinny_gemm": {"2560x4096": {"m1": {"bf16": {"prefetch_k": 64}}}}}'`.
+`--override '{"skinny_gemm": {"2560x4096": {"m1": {"bf16": {"prefetch_k": 64}}}}}'`; `--configs installed,before.json`
+with the GPU's installed configs file and with another file of the same GPU in its place (a tune's A/B before
+or after installing it; `heuristic`: no tuned entries at all; the rows' `configs`).
 
 Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
 `verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
@@ -68,7 +70,7 @@ from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
-from tileinfer.ops import decode_attention, flow, gemm_configs, pdl, skinny_gemm  # noqa: E402
+from tileinfer.ops import decode_attention, flow, gemm_configs, pdl, skinny_gemm, tuning  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -240,6 +242,9 @@ def main(argv=None):
                         help="also each launch of a decoding step timed inside its graph, beside its bytes' floor "
                              "(floor_launches_<gpu>.csv)")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
+    parser.add_argument("--configs", default="installed",
+                        help="installed, heuristic (no tuned entries) or configs files of this GPU (.json), "
+                             "comma-separated: each measured in place of the installed file")
     tuned_override.add_argument(parser)
     args = parser.parse_args(argv)
     for name in ("prefetch_k", "prefetch_ahead", "stream_k"):
@@ -270,6 +275,7 @@ def main(argv=None):
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     patch = tuned_override.from_args(parser, args)
+    args.configs = _configs_files(parser, args.configs.split(","), patch)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(measure_bandwidth=args.bandwidth_gbs is None and torch.cuda.is_available())
@@ -280,15 +286,16 @@ def main(argv=None):
         parser.error("no read bandwidth: measure it on a GPU or give --bandwidth-gbs")
     base = {**env, "command": command_line(), "weights_kind": "random", "override": tuned_override.label(patch)}
     rows, site_table, gap_table = [], [], []
+    configs_label = args.configs[0][0]
 
     def record(row):
-        rows.append({**row, **base})
+        rows.append({**row, "configs": configs_label, **base})
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 
     def record_sites(sites, gaps, **key):  # a launch's own "model" (target or drafter) is its network here
-        site_table.extend({**key, **{"network" if k == "model" else k: v for k, v in site.items()}, **base}
-                          for site in sites)
-        gap_table.extend({**key, **gap, **base} for gap in gaps.to_dict("records"))
+        site_table.extend({**key, **{"network" if k == "model" else k: v for k, v in site.items()},
+                           "configs": configs_label, **base} for site in sites)
+        gap_table.extend({**key, **gap, "configs": configs_label, **base} for gap in gaps.to_dict("records"))
 
     tic = time.perf_counter()
     early_before = decode_attention.early_kv_label()
@@ -297,46 +304,47 @@ def main(argv=None):
     flow_before = flow.mlp_flow_label()
     o_flow_before = flow.o_flow_label() == "on"
     res_flow_before = flow.res_flow_label()
-    with tuned_override.overridden(patch):  # the engines loaded inside capture their graphs with it
-        for setting in args.pdl:
-            pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
-            for model in args.models:
-                for (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows, res_flows,
-                     splits) in itertools.product(
-                        args.fuse_norms, args.prefetch_k, args.prefetch_ahead, args.stream_k, args.kv_prefetch,
-                        args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead, args.mlp_flow, args.o_flow,
-                        args.res_flow, args.num_splits):
-                    if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
-                        continue  # unfused layers have no step_kv: measured once, as "off"
-                    gemm_configs.set_prefetch_k(blocks)
-                    gemm_configs.set_prefetch_ahead(in_loop)
-                    gemm_configs.set_stream_k(streams)
-                    decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
-                    decode_attention.set_early_kv(early == "on")
-                    decode_attention.set_kv_first(early == "after")
-                    skinny_gemm.set_early_epilogue(sums == "on")
-                    decode_attention.set_l2_ahead(ahead == "on")
-                    flow.set_mlp_flow(flows)
-                    flow.set_o_flow(o_flows == "on")
-                    flow.set_res_flow(res_flows)
-                    with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
-                        first = (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows,
-                                 res_flows, splits) == (
-                            args.fuse_norms[0], args.prefetch_k[0], args.prefetch_ahead[0], args.stream_k[0],
-                            args.kv_prefetch[0], args.step_kv[0], args.early_kv[0], args.early_epilogue[0],
-                            args.l2_ahead[0], args.mlp_flow[0], args.o_flow[0], args.res_flow[0], args.num_splits[0])
-                        measure_model(model, args, bandwidth, record, cublas=first,
-                                      record_sites=record_sites if args.launches else None, num_splits=splits)
-                    # written after each model, so a run cut short keeps what it measured
-                    path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                    if site_table:
-                        write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                    if gap_table:
-                        write_rows(gap_table, out / f"floor_gaps_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
-                    print(f"{model}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, ahead {in_loop}, stream-K {streams}, K/V prefetch {kv}, "
-                          f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, MLP flow {flows}, o flow {o_flows}, residual flow {res_flows}, "
-                          f"splits {splits}: done at "
-                          f"{time.perf_counter() - tic:.0f} s", flush=True)
+    for configs_label, configs in args.configs:
+        with tuned_override.replaced(configs), tuned_override.overridden(patch):  # read by the engines loaded inside
+            for setting in args.pdl:
+                pdl.set_enabled(setting == "on")  # engines loaded from here capture their graphs with it
+                for model in args.models:
+                    for (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows, res_flows,
+                         splits) in itertools.product(
+                            args.fuse_norms, args.prefetch_k, args.prefetch_ahead, args.stream_k, args.kv_prefetch,
+                            args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead, args.mlp_flow, args.o_flow,
+                            args.res_flow, args.num_splits):
+                        if fuse == "off" and step_kv != "off" and "off" in args.step_kv:
+                            continue  # unfused layers have no step_kv: measured once, as "off"
+                        gemm_configs.set_prefetch_k(blocks)
+                        gemm_configs.set_prefetch_ahead(in_loop)
+                        gemm_configs.set_stream_k(streams)
+                        decode_attention.set_kv_prefetch(kv != "off", rows=None if kv in ("off", "on") else int(kv))
+                        decode_attention.set_early_kv(early == "on")
+                        decode_attention.set_kv_first(early == "after")
+                        skinny_gemm.set_early_epilogue(sums == "on")
+                        decode_attention.set_l2_ahead(ahead == "on")
+                        flow.set_mlp_flow(flows)
+                        flow.set_o_flow(o_flows == "on")
+                        flow.set_res_flow(res_flows)
+                        with switches_env(fuse_norms=fuse == "on", step_kv={"on": "1", "off": "0"}.get(step_kv, step_kv)):  # read by the engines loaded inside
+                            first = (fuse, blocks, in_loop, streams, kv, step_kv, early, sums, ahead, flows, o_flows,
+                                     res_flows, splits) == (
+                                args.fuse_norms[0], args.prefetch_k[0], args.prefetch_ahead[0], args.stream_k[0],
+                                args.kv_prefetch[0], args.step_kv[0], args.early_kv[0], args.early_epilogue[0],
+                                args.l2_ahead[0], args.mlp_flow[0], args.o_flow[0], args.res_flow[0], args.num_splits[0])
+                            measure_model(model, args, bandwidth, record, cublas=first,
+                                          record_sites=record_sites if args.launches else None, num_splits=splits)
+                        # written after each model, so a run cut short keeps what it measured
+                        path = write_rows(rows, out / f"floor_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                        if site_table:
+                            write_rows(site_table, out / f"floor_launches_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                        if gap_table:
+                            write_rows(gap_table, out / f"floor_gaps_{gpu_tag(env['gpu'])}.csv", last=tuple(base))
+                        print(f"{model}, configs {configs_label}, PDL {setting}, fused norms {fuse}, prefetch {blocks}, ahead {in_loop}, stream-K {streams}, K/V prefetch {kv}, "
+                              f"step K/V {step_kv}, early K/V {early}, early epilogue {sums}, L2 ahead {ahead}, MLP flow {flows}, o flow {o_flows}, residual flow {res_flows}, "
+                              f"splits {splits}: done at "
+                              f"{time.perf_counter() - tic:.0f} s", flush=True)
     gemm_configs.set_prefetch_k(0)
     gemm_configs.set_prefetch_ahead(0)
     gemm_configs.set_stream_k(0)
@@ -366,7 +374,27 @@ def main(argv=None):
     return rows
 
 
-SWITCHES = ("point", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "stream_k", "step_kv", "early_kv", "early_epilogue",
+
+def _configs_files(parser, given, patch) -> list[tuple[str, dict | None]]:
+    """(label, configs) for each --configs entry: "installed" (None: the GPU's own file), "heuristic" (no
+    tuned entries) or a file of this machine's GPU, read up front; one that cannot apply ends the run as the
+    parser's error."""
+    gpu = tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu"
+    out = []
+    for name in given:
+        if name in ("installed", "heuristic"):  # the heuristic: a file with no entries
+            out.append((name, None if name == "installed" else {"gpu": gpu}))
+            continue
+        try:
+            configs = tuned_override.read_configs(name, gpu)
+            tuned_override.merged(configs, patch)
+        except (ValueError, KeyError) as e:
+            parser.error(f"--configs: {e.args[0]}")
+        out.append((name, configs))
+    return out
+
+
+SWITCHES = ("point", "configs", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "stream_k", "step_kv", "early_kv", "early_epilogue",
             "l2_ahead", "mlp_flow", "o_flow", "res_flow", "num_splits")
 
 

@@ -4,6 +4,9 @@ without editing `tileinfer/ops/configs/<gpu>.json`.
     with overridden({"prefill_attention": {"tma": False}}):
         engine = tileinfer.load(...)          # its kernels read the section with tma off
 
+    with replaced(read_configs("before.json", gpu)):
+        engine = tileinfer.load(...)          # a whole configs file in place of the installed one
+
 The patch is merged into every GPU's configs key by key (a dict into a dict, any other value replaces):
 {"skinny_gemm": {"2560x4096": {"m1": {"bf16": {"prefetch_k": 64}}}}} sets one field of one entry and
 keeps the rest of it. A patch that names a section, shape, bucket or kind the configs lack is refused, so a
@@ -87,6 +90,33 @@ def label(patch: dict) -> str:
     return json.dumps(patch, sort_keys=True, separators=(",", ":")) if patch else "none"
 
 
+def read_configs(path: str, gpu: str) -> dict:
+    """The configs file at `path`, to stand in for `gpu`'s installed one; ValueError naming what is wrong
+    (unreadable, not a JSON object, or another GPU's file)."""
+    try:
+        configs = json.loads(open(path).read())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    if not isinstance(configs, dict):
+        raise ValueError(f"{path}: a configs file is a JSON object, got {type(configs).__name__}")
+    if configs.get("gpu") != gpu:
+        raise ValueError(f"{path} holds the configs of {configs.get('gpu')!r}, this machine's GPU is {gpu!r}")
+    return configs
+
+
+@contextmanager
+def _serving(configs_of):
+    """`configs_of(gpu)` as every kernel's source of tuned configs inside, the installed files again after."""
+    tuned = tuning.gpu_configs
+    tuning.gpu_configs = gemm_configs.gpu_configs = configs_of
+    gemm_configs._lookup.cache_clear()
+    try:
+        yield
+    finally:
+        tuning.gpu_configs = gemm_configs.gpu_configs = tuned
+        gemm_configs._lookup.cache_clear()
+
+
 @contextmanager
 def overridden(patch: dict):
     """The GPU's tuned configs with `patch` merged in, for the engines loaded (and graphs captured) inside;
@@ -100,10 +130,17 @@ def overridden(patch: dict):
         base = tuned(gpu)
         return merged(base, patch) if base else base
 
-    tuning.gpu_configs = gemm_configs.gpu_configs = configs
-    gemm_configs._lookup.cache_clear()
-    try:
+    with _serving(configs):
         yield
-    finally:
-        tuning.gpu_configs = gemm_configs.gpu_configs = tuned
-        gemm_configs._lookup.cache_clear()
+
+
+@contextmanager
+def replaced(configs: dict | None):
+    """`configs` (a whole file, `read_configs`) in place of its GPU's installed file for the engines loaded
+    inside; None leaves the installed files."""
+    if configs is None:
+        yield
+        return
+    tuned = tuning.gpu_configs
+    with _serving(lambda gpu: configs if gpu == configs["gpu"] else tuned(gpu)):
+        yield

@@ -1,6 +1,8 @@
 """bench/floor_bench.py end to end on the tiny preset: a row per weights × mode × accept × linears, each
 beside its floor, with the columns the floor table is read by."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -189,3 +191,37 @@ def test_mlp_flow_measured_each(tmp_path, monkeypatch):
     assert list(zip(table["mode"], table["mlp_flow"], table["o_flow"], table["res_flow"])) == [
         (mode, flows, "on", "on") for flows in ("on", "off") for mode in ("plain", "dflash")]
     assert (flow.mlp_flow_label(), flow.o_flow_label(), flow.res_flow_label()) == before
+
+
+def test_a_configs_file_measured_in_place_of_the_installed_one(tmp_path, monkeypatch):
+    """`--configs installed,FILE,heuristic`: the steps with the machine's installed configs, with the file's in
+    their place (this machine is "cpu" without a GPU) and with no tuned entries, each row labelled; the file is
+    what the kernels read inside."""
+    from bench import tuned_override
+    from tileinfer.ops import tuning
+
+    gpu = tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu"
+    path = tmp_path / "before.json"
+    path.write_text(json.dumps({"gpu": gpu, "skinny_gemm": {}}))
+    served = []
+    replaced = tuned_override.replaced
+
+    def spy(configs):
+        served.append(configs)
+        return replaced(configs)
+
+    monkeypatch.setattr(tuned_override, "replaced", spy)
+    table = tiny_rows(tmp_path / "out", "--configs", f"installed,{path},heuristic")
+    assert list(zip(table["mode"], table["configs"])) == [
+        (mode, configs) for configs in ("installed", str(path), "heuristic") for mode in ("plain", "dflash")]
+    assert served == [None, {"gpu": gpu, "skinny_gemm": {}}, {"gpu": gpu}]
+
+
+def test_another_gpus_configs_file_is_refused_before_anything_runs(tmp_path, capsys):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"gpu": "Some Other GPU", "skinny_gemm": {}}))
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--configs", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "--configs:" in err and "holds the configs of 'Some Other GPU'" in err
+    assert not (tmp_path / "out").exists()

@@ -74,3 +74,31 @@ def test_the_benches_refuse_an_override_this_machine_cannot_apply(tmp_path, caps
             err = capsys.readouterr().err
             assert "--override:" in err and any(why in err for why in reasons)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_whole_configs_file_stands_in_for_its_gpus_and_only_inside(tmp_path):
+    """`replaced`: the file's entries and nothing else of the installed file (an entry it lacks gets the
+    heuristic); other GPUs keep theirs; the installed file again after."""
+    path = tmp_path / "before.json"
+    path.write_text(json.dumps({"gpu": H200, "skinny_gemm": {"2560x4096": {"m1": {"bf16": {"block_n": 4, "block_k": 128}}}}}))
+    tuned = gemm_configs._lookup(H200, 132, 6144, 2560, 1, "bf16")
+    with tuned_override.replaced(tuned_override.read_configs(str(path), H200)):
+        assert gemm_configs._lookup(H200, 132, 2560, 4096, 1, "bf16") == gemm_configs.GemmConfig(block_n=4, block_k=128)
+        assert gemm_configs._lookup(H200, 132, 6144, 2560, 1, "bf16") == gemm_configs.heuristic_config(6144, 2560, 1, "bf16")
+        assert "decode_attention" not in tuning.gpu_configs(H200)
+        assert tuning.gpu_configs("NVIDIA H100 80GB HBM3")["skinny_gemm"]
+    assert gemm_configs._lookup(H200, 132, 6144, 2560, 1, "bf16") == tuned
+    assert "decode_attention" in tuning.gpu_configs(H200)
+
+
+def test_a_configs_file_that_cannot_stand_in_is_named(tmp_path):
+    other = tmp_path / "h100.json"
+    other.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "skinny_gemm": {}}))
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds the configs of 'NVIDIA H100 80GB HBM3', this machine's GPU is 'NVIDIA H200'"):
+        tuned_override.read_configs(str(other), H200)
+    with pytest.raises(ValueError, match="a configs file is a JSON object, got list"):
+        tuned_override.read_configs(str(listed), H200)
+    with pytest.raises(ValueError, match="missing.json"):
+        tuned_override.read_configs(str(tmp_path / "missing.json"), H200)
