@@ -374,7 +374,6 @@ def main(argv=None):
     return rows
 
 
-
 def _configs_files(parser, given, patch) -> list[tuple[str, dict | None]]:
     """(label, configs) for each --configs entry: "installed" (None: the GPU's own file), "heuristic" (no
     tuned entries) or a file of this machine's GPU, read up front; one that cannot apply ends the run as the
