@@ -366,7 +366,11 @@ def _tune_one(sh, x: torch.Tensor, kind: str, argmax: bool, num_sms: int, device
 
 def install_table(gpu: str, table: dict, out: Path | None) -> None:
     """Merge this GPU's winners into the "skinny_gemm" section of its configs file (tileinfer/ops/configs,
-    and a copy under --out; entries not tuned now are kept) and reload the lookup."""
+    and a copy under --out beside the file as it was, `<gpu>.before.json`, for `floor_bench.py --configs`;
+    entries not tuned now are kept) and reload the lookup."""
+    before = tuning.config_path(gpu)
+    if out is not None and before.exists():
+        (out / f"{before.stem}.before.json").write_text(before.read_text())
     merged = json.loads(json.dumps(tuning.gpu_configs(gpu).get("skinny_gemm", {})))
     for shape, buckets in table.items():
         for bucket, kinds in buckets.items():

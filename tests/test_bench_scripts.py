@@ -174,3 +174,28 @@ def test_prefill_attention_bench_checks_every_variant(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="queries <= keys"):
         prefill_attention_bench.main(["--chunks", "8/4", "--out", str(tmp_path)])
+
+
+def test_a_tune_installs_its_winners_and_keeps_the_file_it_replaced(tmp_path, monkeypatch):
+    """gemm_bench's install: the winners merged into the GPU's file (other entries kept), a copy of the new
+    file and the file as it was under --out, the two that `floor_bench.py --configs` compares."""
+    import json
+
+    from bench.gemm_bench import install_table
+    from tileinfer.ops import tuning
+
+    monkeypatch.setattr(tuning, "CONFIG_DIR", tmp_path / "configs")
+    tuning.gpu_configs.cache_clear()
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        kept = {"64x64": {"m1": {"bf16": {"block_n": 8, "block_k": 64}}}}
+        tuning.write_section("Test GPU 9", "skinny_gemm", kept)
+        before = (tmp_path / "configs" / "test_gpu_9.json").read_text()
+        install_table("Test GPU 9", {"128x64": {"m16": {"int8": {"block_n": 32, "block_k": 64}}}}, out)
+        installed = json.loads((tmp_path / "configs" / "test_gpu_9.json").read_text())
+        assert installed["skinny_gemm"] == {**kept, "128x64": {"m16": {"int8": {"block_n": 32, "block_k": 64}}}}
+        assert (out / "test_gpu_9.before.json").read_text() == before
+        assert json.loads((out / "test_gpu_9.json").read_text()) == installed
+    finally:
+        tuning.gpu_configs.cache_clear()
