@@ -38,11 +38,14 @@ from tileinfer.ops import gemm_configs, tuning  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 
 
-def candidates(trials: pd.DataFrame, weights: str, ms, top: int) -> list[dict]:
-    """The entries of `weights` ("bf16": bf16 and bf16_argmax) at the buckets `ms`, largest first (by their
-    best µs), each with its `top` fastest distinct configs: [{shape, bucket, kind, alone_us, configs}]."""
+def candidates(trials: pd.DataFrame, weights: str, ms, top: int, linears=None) -> list[dict]:
+    """The entries of `weights` ("bf16": bf16 and bf16_argmax) at the buckets `ms` (of the `linears` named, None:
+    all), largest first (by their best µs), each with its `top` fastest distinct configs:
+    [{shape, name, bucket, kind, alone_us, configs}]."""
     kinds = trials["kind"].astype(str)
     rows = trials[kinds.str.split("_").str[0].eq(weights) & trials["m"].isin(ms)]
+    if linears is not None:
+        rows = rows[rows["shape"].isin(linears)]
     entries = []
     for (n, k, m, kind), g in rows.groupby(["n", "k", "m", "kind"]):
         g = g.sort_values("us").drop_duplicates("config")
@@ -125,6 +128,8 @@ def main(argv=None):
     parser.add_argument("--model", default="qwen3-4b", help="the random-weight preset whose steps are timed")
     parser.add_argument("--weights", default="bf16", choices=("bf16", "int8"))
     parser.add_argument("--ms", default="1,16", help="M buckets whose entries are tried, comma-separated")
+    parser.add_argument("--linears", default=None,
+                        help="only these linears of the trials (qkv, o, gate_up, down, lm_head, fc; comma-separated)")
     parser.add_argument("--top", type=int, default=3, help="the fastest distinct configs alone tried per entry")
     parser.add_argument("--min-gain", type=float, default=0.005, help="a candidate's step must be this much faster")
     parser.add_argument("--point", default="1k", choices=sorted(POINTS))
@@ -142,9 +147,11 @@ def main(argv=None):
     missing = {"n", "k", "m", "kind", "config", "us", "shape"} - set(trials.columns)
     if missing:
         parser.error(f"{args.trials} is not a tune's trials file: no {', '.join(sorted(missing))} column")
-    entries = candidates(trials, args.weights, ms, args.top)
+    linears = args.linears.split(",") if args.linears else None
+    entries = candidates(trials, args.weights, ms, args.top, linears)
     if not entries:
-        parser.error(f"{args.trials} has no {args.weights} entries at M = {args.ms}")
+        parser.error(f"{args.trials} has no {args.weights} entries at M = {args.ms}"
+                     + (f" of {args.linears}" if linears else ""))
     if args.top < 1:
         parser.error("--top must be >= 1")
     gpu = tuning.gpu_of(torch.device("cuda")) if torch.cuda.is_available() else "cpu"

@@ -34,6 +34,7 @@ def test_candidates_are_an_entrys_fastest_distinct_configs_largest_entry_first()
         ("lm_head", "m1", "int8_argmax"), ("gate_up", "m1", "int8"), ("o", "m1", "int8")]
     assert entries[2]["configs"] == [({"block_n": 8, "block_k": 1024}, 6.1), ({"block_n": 16, "block_k": 512}, 6.5)]
     assert [e["bucket"] for e in engine_tune.candidates(TRIALS, "int8", [16], top=2)] == ["m16"]
+    assert [e["name"] for e in engine_tune.candidates(TRIALS, "int8", [1, 16], top=2, linears=["o"])] == ["o", "o"]
 
 
 def test_a_candidate_is_kept_only_where_the_step_gets_faster_and_later_ones_build_on_it():
@@ -105,6 +106,7 @@ def test_end_to_end_on_the_tiny_preset_rows_then_the_install(tmp_path, configs_d
 @pytest.mark.parametrize("rows,args,message", [
     ([{"shape": "o", "us": 1.0}], [], "is not a tune's trials file: no config, k, kind, m, n column"),
     ([trial("o", 64, 64, 1, "bf16", 1.0, **TILE)], ["--weights", "int8"], "has no int8 entries at M = 1,16"),
+    ([trial("o", 64, 64, 1, "bf16", 1.0, **TILE)], ["--linears", "qkv"], "has no bf16 entries at M = 1,16 of qkv"),
 ])
 def test_a_trials_file_it_cannot_use_is_named(rows, args, message, tmp_path, capsys):
     path = tmp_path / "trials.csv"
