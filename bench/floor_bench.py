@@ -360,13 +360,15 @@ def main(argv=None):
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
     print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'pfa':>3} {'sk':>2} {'kv':>3} "
-          f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'flow':>4} {'oflw':>4} {'rflw':>4} {'splits':>6}")
+          f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'flow':>4} {'oflw':>4} {'rflw':>4} {'splits':>6}"
+          + ("  configs" if len(args.configs) > 1 else ""))
     for r in rows:
         print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['prefetch_ahead']:3} {r['stream_k']:2} {r['kv_prefetch']:>3} "
               f"{r['step_kv']:>3} {r['early_kv']:>5} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['mlp_flow']:>4} "
-              f"{r['o_flow']:>4} {r['res_flow']:>4} {r['num_splits']:>6}")
+              f"{r['o_flow']:>4} {r['res_flow']:>4} {r['num_splits']:>6}"
+              + (f"  {r['configs']}" if len(args.configs) > 1 else ""))
     if site_table:
         print_over_floor(site_table)
     if gap_table:
