@@ -13,8 +13,9 @@ far, and later entries are tried on top of what was kept. Checkpoints have rando
 loaded through tileinfer.load for every candidate, so each captures its graphs with its configs).
 
 Writes engine_tune_<gpu>.csv (every candidate: its µs alone, its step's tok/s, the incumbent's, kept or
-not); `--install` merges what was kept into the GPU's configs file, beside a copy of the file it replaced
-under --out (`<gpu>.before.json`, for `floor_bench.py --configs`).
+not); `--budget-s` starts no candidate after that long (a call with a time limit keeps what it found);
+`--install` merges what was kept into the GPU's configs file, beside a copy of the file it replaced under
+--out (`<gpu>.before.json`, for `floor_bench.py --configs`).
 """
 
 import argparse
@@ -22,6 +23,7 @@ import copy
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -73,10 +75,11 @@ def current(configs: dict, entry: dict) -> dict:
     return gemm_configs.heuristic_config(n, k, int(entry["bucket"][1:]), kind.split("_")[0]).as_dict()
 
 
-def choose(configs: dict, entries: list[dict], step_tok_s, min_gain: float, record) -> dict:
+def choose(configs: dict, entries: list[dict], step_tok_s, min_gain: float, record,
+           out_of_time=lambda: False) -> dict:
     """Coordinate descent over `entries`: each candidate timed as `step_tok_s(configs, mode)` ("plain" for M = 1
     entries, "dflash" otherwise) against the best step so far, kept if `min_gain` faster; every trial handed
-    to `record`. Returns the configs with what was kept."""
+    to `record`; no candidate started once `out_of_time()`. Returns the configs with what was kept."""
     best = {}
     for entry in entries:
         mode = "plain" if entry["bucket"] == "m1" else "dflash"
@@ -89,6 +92,8 @@ def choose(configs: dict, entries: list[dict], step_tok_s, min_gain: float, reco
             full = gemm_configs.GemmConfig(**config).as_dict()
             if full == was:
                 continue
+            if out_of_time():
+                return configs
             trial = with_entry(configs, entry, full)
             tok_s = step_tok_s(trial, mode)
             kept = tok_s > best[mode] * (1 + min_gain)
@@ -135,6 +140,8 @@ def main(argv=None):
     parser.add_argument("--point", default="1k", choices=sorted(POINTS))
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--budget-s", type=float, default=0,
+                        help="start no candidate after this many seconds (0: no limit); what was kept stands")
     parser.add_argument("--install", action="store_true", help="merge what was kept into the GPU's configs file")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
@@ -170,7 +177,9 @@ def main(argv=None):
 
     target, drafter = checkpoints(args.model, Path(args.root))
     step = engine_step(target, drafter, args.weights, args.point, args.new_tokens, args.repeats)
-    chosen = choose(installed, entries, step, args.min_gain, record)
+    start = time.perf_counter()
+    chosen = choose(installed, entries, step, args.min_gain, record,
+                    out_of_time=lambda: args.budget_s > 0 and time.perf_counter() - start > args.budget_s)
     kept = [r for r in rows if r["candidate"] == "tried" and r["kept"]]
     print(f"\n{len(kept)} of {sum(r['candidate'] == 'tried' for r in rows)} candidates kept; rows in {path}")
     if args.install and kept:

@@ -115,3 +115,19 @@ def test_a_trials_file_it_cannot_use_is_named(rows, args, message, tmp_path, cap
         engine_tune.main(["--trials", str(path), "--out", str(tmp_path / "out"), *args])
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_no_candidate_starts_once_out_of_time_and_what_was_kept_stands():
+    entries = engine_tune.candidates(TRIALS, "int8", [1], top=3)
+    rows, calls = [], []
+
+    def step(cfgs, mode):
+        calls.append(cfgs)
+        return 100.0 + len(calls)  # each later step faster: every candidate tried is kept
+
+    chosen = engine_tune.choose({"gpu": "G"}, entries, step, 0.0, rows.append, out_of_time=lambda: len(calls) >= 3)
+    # the LM head's one candidate is the heuristic's tile, which the engine runs already: not tried
+    assert [(r["linear"], r["candidate"]) for r in rows] == [
+        ("lm_head", "incumbent"), ("gate_up", "tried"), ("o", "tried")]
+    assert chosen["skinny_gemm"]["19456x2560"]["m1"]["int8"]["block_n"] == 16
+    assert chosen["skinny_gemm"]["2560x4096"]["m1"]["int8"]["block_k"] == 1024
