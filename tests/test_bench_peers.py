@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.peers import hf, spec, speedup
-from bench.ref.metric import validate_row
+from bench.ref.metric import decode_tok_s, validate_row
 from tests.test_bench_metric import make_row
 from tileinfer_profiling.run_info import gpu_name
 from tileinfer.random_weights import write_dflash_drafter, write_qwen3
@@ -129,7 +129,10 @@ def test_worker_rows_on_a_tiny_checkpoint(tiny, engine):
         validate_row(row)
         assert row["prompt_tokens"] == 320 and row["process"] == 1 and row["model"] == "tiny"
         assert row["weights"] == "bf16" and row["weights_kind"] == "random" and row["accept_mode"] == "real"
-        assert row["version"] and row["decode_tok_s"] > 0 and row["gpu"] == gpu_name(None)
+        assert row["version"] and row["gpu"] == gpu_name(None) and len(row["latency_trials_ms"]) == 3
+        # the metric of the row's own medians: a loaded CI machine may time the prefill slower than the reply
+        assert row["decode_tok_s"] == pytest.approx(
+            decode_tok_s(row["new_tokens"], row["latency_ms"], row["prefill_ms"]), nan_ok=True)
     row = rows[0]
     if engine == "dflash-ref":
         assert (row["engine"], row["mode"], row["dflash"], row["block_size"]) == ("dflash", "eager", True, 4)
