@@ -183,6 +183,9 @@ def test_int8_prefill_rows_take_the_definition(device, dtype, scale_dtype):
     assert torch.equal(linear(x[:DEQUANT_MIN_M], q), linear_ref(x[:DEQUANT_MIN_M], q))
     below = x[:DEQUANT_MIN_M - 1]
     assert torch.equal(linear(below, q), w8a16_gemm(below, q.qweight, q.scale))
+    gate_up = Linear(qweight=q.qweight[:36], scale=q.scale[:36])  # on a GPU its scale goes into the SwiGLU
+    for rows in (x, x[:DEQUANT_MIN_M], below):
+        assert torch.equal(linear_swiglu(rows, gate_up), silu_mul(linear(rows, gate_up)))
 
 
 def test_linear_keeps_leading_dims_and_bf16_scale(device):

@@ -14,6 +14,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from tests.conftest import DEVICE, assert_close
+from tileinfer.ops.dequant import scale_columns_, scale_columns_ref
 from tileinfer.ops.rmsnorm import rms_norm, rms_norm_ref
 from tileinfer.ops.rope import qk_norm_rope, qk_norm_rope_ref, rope_cos_sin
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
@@ -157,6 +158,30 @@ def test_silu_mul_matches_ref(T, I, dtype, atol, rtol):
     out = silu_mul(gate_up)
     assert out.shape == (T, I) and out.dtype == dtype
     assert_close(out, silu_mul_ref(gate_up), atol, rtol, "silu_mul")
+
+
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("T, I", [(1, 7), (17, 130), (260, 1500)])
+def test_silu_mul_scale_is_the_scale_pass_before_it(T, I, dtype, scale_dtype):
+    """An INT8 gate_up's scale applied as silu_mul loads the product: the bits of the in-place scale pass
+    followed by the plain silu_mul, the product itself left unscaled."""
+    gen = torch.Generator().manual_seed(T + I)
+    gate_up = (50 * torch.randn(T, 2 * I + 4, generator=gen)).to(DEVICE, dtype)[:, 1:2 * I + 1]
+    scale = (torch.rand(2 * I, generator=gen) / 40).to(DEVICE, scale_dtype)
+    before = gate_up.clone()
+    out = silu_mul(gate_up, scale)
+    assert torch.equal(gate_up, before)
+    assert torch.equal(out, silu_mul(scale_columns_(gate_up.clone(), scale)))
+    if dtype == torch.float32:
+        assert_close(out, silu_mul_ref(scale_columns_ref(gate_up.clone(), scale)), 1e-5, 1e-5, "scaled silu_mul")
+
+
+def test_silu_mul_names_a_scale_that_does_not_fit():
+    gate_up = torch.zeros(3, 8, device=DEVICE)
+    for bad in (torch.ones(4, device=DEVICE), torch.ones(8, 1, device=DEVICE)):
+        with pytest.raises(ValueError, match=r"scale must be \[8\]"):
+            silu_mul(gate_up, bad)
 
 
 def test_silu_mul_ref_matches_hf():

@@ -6,7 +6,8 @@
   M > 16,  float weight  -> F.linear (cuBLAS)
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py); from DEQUANT_MIN_M rows, the definition:
                             the int8 weight widened to x's dtype (exact), cuBLAS, the scale in place
-                            (on a GPU both passes our own launches, dequant.py)
+                            (on a GPU both passes our own launches, dequant.py; a gate_up's scale
+                            goes into its SwiGLU's loads, `linear_swiglu`)
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
 `linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
 MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
@@ -189,10 +190,15 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
 def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
     """silu(gate) * up of x @ W.T for a fused gate_up `lin` [2I, K]: x [..., K] -> [..., I], with the bits of
     `silu_mul(linear(x, lin))`. At M <= 16 the skinny GEMM applies SwiGLU in its epilogue (no gate_up
-    written, one launch fewer)."""
+    written, one launch fewer); an INT8 projection of DEQUANT_MIN_M rows or more leaves its scale to the
+    SwiGLU's loads (`silu_mul`'s scale)."""
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     m = x2.shape[0]
+    if lin.is_quantized and m >= DEQUANT_MIN_M and x2.is_cuda and x.device == lin.device:
+        # linear's passes around cuBLAS, the scale applied in the SwiGLU's loads: one pass over [M, 2I] fewer
+        y = silu_mul(F.linear(x2, widen_int8(lin.qweight, x2.dtype)), lin.scale)
+        return y.reshape(*x.shape[:-1], lin.out_features // 2)
     if not 1 <= m <= SKINNY_MAX_M or x.device != lin.device:
         return silu_mul(linear(x, lin, exact))
     y = skinny_gemm(x2, lin.stored, lin.scale, exact=exact, swiglu=True)

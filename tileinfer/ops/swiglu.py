@@ -1,4 +1,8 @@
-"""SwiGLU activation on the fused gate_up projection output: silu(gate) * up."""
+"""SwiGLU activation on the fused gate_up projection output: silu(gate) * up.
+
+`silu_mul` can also take the per-column scale of an INT8 projection whose product is still unscaled (a
+prompt's gate_up, cuBLAS on the widened weight): each column is scaled and rounded as it is loaded, the
+bits of `dequant.scale_columns_` before it, without that pass's read and write of the whole product."""
 
 import torch
 import torch.nn.functional as F
@@ -13,26 +17,37 @@ def silu_mul_ref(gate_up):
 
 
 @triton.jit
-def _silu_mul_kernel(gate_up_ptr, out_ptr, stride_in, stride_out, I, BLOCK: tl.constexpr):
-    """out[t, i] = g * sigmoid(g) * u with g = gate_up[t, i], u = gate_up[t, I + i], fp32 math."""
+def _silu_mul_kernel(gate_up_ptr, scale_ptr, out_ptr, stride_in, stride_out, I, BLOCK: tl.constexpr,
+                     HAS_SCALE: tl.constexpr):
+    """out[t, i] = g * sigmoid(g) * u with g = gate_up[t, i], u = gate_up[t, I + i], fp32 math;
+    HAS_SCALE: g and u are first multiplied by their column's scale and rounded to gate_up's dtype."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < I
     g = tl.load(gate_up_ptr + row * stride_in + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gate_up_ptr + row * stride_in + I + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_SCALE:
+        dtype = gate_up_ptr.dtype.element_ty
+        g = (g * tl.load(scale_ptr + offs, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
+        u = (u * tl.load(scale_ptr + I + offs, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
     out = g * tl.sigmoid(g) * u
     tl.store(out_ptr + row * stride_out + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_mul(gate_up):
-    """Triton version of `silu_mul_ref`: gate_up [T, 2I] (rows may be strided) -> [T, I]."""
+def silu_mul(gate_up, scale=None):
+    """Triton version of `silu_mul_ref`: gate_up [T, 2I] (rows may be strided) -> [T, I]. With `scale` [2I]
+    (fp32, bf16 or fp16), the bits of `silu_mul(scale_columns_(gate_up, scale))`, gate_up left as it is."""
     assert gate_up.dim() == 2 and gate_up.stride(-1) == 1 and gate_up.shape[1] % 2 == 0
     T, I = gate_up.shape[0], gate_up.shape[1] // 2
+    if scale is not None and (scale.shape != (2 * I,) or scale.device != gate_up.device):
+        raise ValueError(f"silu_mul: scale must be [{2 * I}] on {gate_up.device} (a column of gate_up each), "
+                         f"got {tuple(scale.shape)} on {scale.device}")
     out = torch.empty((T, I), dtype=gate_up.dtype, device=gate_up.device)
     if T == 0:
         return out
     block = min(1024, triton.next_power_of_2(I))
     _silu_mul_kernel[(T, triton.cdiv(I, block))](
-        gate_up, out, gate_up.stride(0), out.stride(0), I, BLOCK=block, num_warps=4,
+        gate_up, scale.contiguous() if scale is not None else gate_up, out, gate_up.stride(0), out.stride(0), I,
+        BLOCK=block, HAS_SCALE=scale is not None, num_warps=4,
     )
     return out
