@@ -111,15 +111,17 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     # INT8 linears of a prefill chunk from DEQUANT_MIN_M rows are cuBLAS on a widened weight: ours below it
     out += [Case(f"linear {name} prefill", f"{n}x{k}", min(chunk, DEQUANT_MIN_M // 2), "int8")
             for name, (n, k) in linears.items() if name not in ("lm_head", "drafter fc")]
-    # ... and from DEQUANT_MIN_M rows the weight widened, then the scale applied to cuBLAS's product
+    # ... and from DEQUANT_MIN_M rows the weight widened, then the scale applied to cuBLAS's product (a
+    # gate_up's by the SwiGLU as it loads it)
     out += [Case("widen_int8", f"{n}x{k}", chunk, "int8") for name, (n, k) in linears.items()
             if name in ("qkv", "gate_up")]
     out += [Case("scale_columns", f"{chunk}x{n}", chunk, "int8") for name, (n, k) in linears.items()
-            if name in ("qkv", "gate_up")]
+            if name == "qkv"]
     out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("rms_norm + residual", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("qk_norm_rope + kv write", f"{t}x{heads}+{kv}x{hd}", t) for t in (1, 16, chunk)]
-    out += [Case("silu_mul", f"{chunk}x{s.intermediate}", chunk)]  # steps fuse it into the gate_up GEMM
+    # steps fuse it into the gate_up GEMM; an INT8 prompt's gate_up leaves it the scale
+    out += [Case("silu_mul", f"{chunk}x{s.intermediate}", chunk, kind) for kind in ("", "int8")]
     out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
     out += [Case("drafter attention", f"q16 {heads}/{kv}x{hd}", 16)]
     out += [Case(f"{who} attention{AT_1K}", f"q16 {heads}/{kv}x{hd}", 16) for who in ("decode", "drafter")]
@@ -455,7 +457,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
                             torch.ones(1), filtered=case.op != "sample_block")
         return ""
     if case.op == "silu_mul":
-        swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16))
+        scale = torch.empty(2 * shape.intermediate) if case.kind == "int8" else None
+        swiglu.silu_mul(torch.empty(t, 2 * shape.intermediate, dtype=bf16), scale)
         return ""
     if case.op == "embedding":
         from tileinfer.ops.linear import Linear
