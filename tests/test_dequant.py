@@ -1,10 +1,15 @@
 """The INT8 linear's passes around cuBLAS: the weight widened and the scale applied in place, against
-their PyTorch definitions, bit for bit on a GPU."""
+their PyTorch definitions, bit for bit on a GPU; and an INT8 prompt whose products leave their scales to
+the kernels that read them, against the same prompt with a scale pass after each product."""
 
 import pytest
 import torch
 
+import tileinfer
 from tests.conftest import DEVICE
+from tests.helpers import tiny_target
+from tileinfer.ops import linear as linear_module
+from tileinfer.ops import swiglu
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.dequant import scale_columns_, scale_columns_ref, widen_int8, widen_int8_ref
 
@@ -51,3 +56,26 @@ def test_bad_inputs_raise_clear_errors():
         scale_columns_(y, torch.ones(5, device=DEVICE))
     with pytest.raises(ValueError, match="contiguous rows"):
         scale_columns_(y.t(), torch.ones(3, device=DEVICE))
+
+
+@pytest.mark.gpu
+def test_int8_prompt_with_deferred_scales_has_the_bits_of_scale_passes(tmp_path, monkeypatch):
+    """qkv's scale in the Q/K norms and V copy, o's in the norm after it, gate_up's in the SwiGLU: an INT8
+    prompt of DEQUANT_MIN_M tokens and more prefills to the logits and caches of a scale pass per product."""
+    target = tiny_target(tmp_path, dtype=torch.bfloat16, max_position_embeddings=1024)
+    engine = tileinfer.load(target, weights="int8")
+    ids = torch.randint(0, 150, (linear_module.DEQUANT_MIN_M + 45,), generator=torch.Generator().manual_seed(5))
+    n = len(ids)  # the caches' rows past the prompt hold whatever their memory held
+    deferred = engine.prompt_logits(ids.tolist()), engine.cache.k[0][:n].clone(), engine.cache.v[0][:n].clone()
+    calls = []
+
+    def silu_mul_after_a_pass(y, scale=None):
+        calls.append(scale is not None)
+        return swiglu.silu_mul(y if scale is None else scale_columns_(y, scale))
+
+    monkeypatch.setattr(engine.ops, "_linear_unscaled", None)
+    monkeypatch.setattr(linear_module, "silu_mul", silu_mul_after_a_pass)
+    passes = engine.prompt_logits(ids.tolist()), engine.cache.k[0][:n].clone(), engine.cache.v[0][:n].clone()
+    assert calls and all(calls)  # the gate_up's scale reached the SwiGLU, and went through the pass here
+    for a, b, what in zip(deferred, passes, ("logits", "K cache", "V cache")):
+        assert torch.equal(a, b), what

@@ -9,8 +9,9 @@ from tests.conftest import assert_close
 from tests.helpers import gemm_operands
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
+from tileinfer.ops.dequant import scale_columns_
 from tileinfer.ops.linear import (DEQUANT_MIN_M, Linear, embedding, linear, linear_ref, linear_swiglu,
-                                  quantize_linear)
+                                  linear_unscaled, quantize_linear)
 from tileinfer.ops.skinny_gemm import skinny_gemm, skinny_gemm_ref
 from tileinfer.ops.skinny_rows import _weight_to
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
@@ -186,6 +187,9 @@ def test_int8_prefill_rows_take_the_definition(device, dtype, scale_dtype):
     gate_up = Linear(qweight=q.qweight[:36], scale=q.scale[:36])  # on a GPU its scale goes into the SwiGLU
     for rows in (x, x[:DEQUANT_MIN_M], below):
         assert torch.equal(linear_swiglu(rows, gate_up), silu_mul(linear(rows, gate_up)))
+        y, scale = linear_unscaled(rows, q)  # on a GPU the scale is left to the kernel that reads y
+        assert (scale is not None) == (rows.is_cuda and len(rows) >= DEQUANT_MIN_M)
+        assert torch.equal(y if scale is None else scale_columns_(y, scale), linear(rows, q))
 
 
 def test_linear_keeps_leading_dims_and_bf16_scale(device):

@@ -57,6 +57,26 @@ def test_rms_norm_matches_ref(T, H, with_residual, dtype, atol, rtol):
         assert h is x
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("with_residual", [True, False])
+@pytest.mark.parametrize("T, H", [(1, 96), (9, 1000)])
+def test_rms_norm_x_scale_is_the_scale_pass_before_it(T, H, with_residual, dtype):
+    """An INT8 product's per-column scale applied as the norm loads it: the bits of the in-place scale pass
+    then the norm (the stream h included), the product left as it is; the reference alike."""
+    gen = torch.Generator().manual_seed(T * H)
+    x = (300 * torch.randn(T, H + 5, generator=gen)).to(DEVICE, dtype)[:, 2:H + 2]
+    residual = torch.randn(T, H, generator=gen).to(DEVICE, dtype) if with_residual else None
+    scale = (torch.rand(H, generator=gen) / 100).to(DEVICE)
+    weight = _weight(H, dtype)
+    before = x.clone()
+    for norm, scale_pass in ((rms_norm, scale_columns_), (rms_norm_ref, scale_columns_ref)):
+        out, h = norm(x, weight, EPS, residual, scale)
+        out_two, h_two = norm(scale_pass(x.clone(), scale), weight, EPS, residual)
+        assert torch.equal(x, before) and torch.equal(out, out_two) and torch.equal(h, h_two), norm.__name__
+    with pytest.raises(ValueError, match=rf"x_scale must be \[{H}\]"):
+        rms_norm(x, weight, EPS, residual, scale[:-1])
+
+
 @pytest.mark.parametrize("with_residual", [False, True])
 def test_rms_norm_ref_matches_hf(with_residual):
     H = 96
@@ -222,6 +242,43 @@ def test_qk_norm_rope_writes_the_caches(T, with_q, dtype, atol, rtol):
     assert bool((k_ours[untouched] == 7).all()) and bool((v_ours[untouched] == 7).all())
     if with_q:
         assert_close(q_ours, q_ref, atol, rtol, "Q")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("T", [5, 45])  # a step's launch, a prompt's tiles
+def test_qk_norm_rope_qkv_scale_is_the_scale_pass_before_it(T, dtype):
+    """q, k and v as views of an INT8 qkv product still unscaled: the bits of the in-place scale pass over
+    the product first (q, the K and V caches), the product left as it is; the reference alike."""
+    hq, hk, D, P = 4, 2, 32, 67
+    gen = torch.Generator().manual_seed(T)
+    qkv = (200 * torch.randn(T, (hq + 2 * hk) * D, generator=gen)).to(DEVICE, dtype)
+    scale = (torch.rand((hq + 2 * hk) * D, generator=gen) / 60).to(DEVICE)
+    weights = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEVICE, dtype) for _ in range(2)]
+    cos_sin = rope_cos_sin(D, P, 1e6, DEVICE)
+    positions = torch.randperm(P, generator=gen)[:T].to(DEVICE)
+
+    def views(t):
+        return (t[:, : hq * D].view(T, hq, D), t[:, hq * D:(hq + hk) * D].view(T, hk, D),
+                t[:, (hq + hk) * D:].view(T, hk, D))
+
+    before = qkv.clone()
+    for fn, scale_pass in ((qk_norm_rope, scale_columns_), (qk_norm_rope_ref, scale_columns_ref)):
+        runs = []
+        for src, s in ((qkv, scale), (scale_pass(qkv.clone(), scale), None)):
+            kc, vc = torch.zeros(P, hk, D, device=DEVICE, dtype=dtype), torch.zeros(P, hk, D, device=DEVICE, dtype=dtype)
+            q, k, v = views(src)
+            q_out, _ = fn(q, k, *weights, cos_sin, positions, EPS, v=v, k_cache=kc, v_cache=vc, qkv_scale=s)
+            runs.append((q_out, kc, vc))
+        assert torch.equal(qkv, before)
+        for a, b, what in zip(*runs, ("q", "K cache", "V cache")):
+            assert torch.equal(a, b), f"{fn.__name__} {what}"
+    q, k, v = views(qkv)
+    kc = torch.zeros(P, hk, D, device=DEVICE, dtype=dtype)
+    with pytest.raises(ValueError, match=rf"qkv_scale must be \[{(hq + 2 * hk) * D}\]"):
+        qk_norm_rope(q, k, *weights, cos_sin, positions, EPS, v=v, k_cache=kc, v_cache=kc.clone(),
+                     qkv_scale=scale[:-1])
+    with pytest.raises(ValueError, match="qkv_scale takes q, k and v"):
+        qk_norm_rope(q, k, *weights, cos_sin, positions, EPS, qkv_scale=scale)
 
 
 @pytest.mark.parametrize("tiles", [{"block_t": 16, "num_warps": 8}, {"block_t": 64, "num_warps": 2}])

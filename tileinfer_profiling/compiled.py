@@ -111,15 +111,18 @@ def cases(preset: str = "qwen3-4b", draft_taps: int = len(QWEN3_4B_DFLASH.target
     # INT8 linears of a prefill chunk from DEQUANT_MIN_M rows are cuBLAS on a widened weight: ours below it
     out += [Case(f"linear {name} prefill", f"{n}x{k}", min(chunk, DEQUANT_MIN_M // 2), "int8")
             for name, (n, k) in linears.items() if name not in ("lm_head", "drafter fc")]
-    # ... and from DEQUANT_MIN_M rows the weight widened, then the scale applied to cuBLAS's product (a
-    # gate_up's by the SwiGLU as it loads it)
+    # ... and from DEQUANT_MIN_M rows the weight widened, then the scale applied to cuBLAS's product: the
+    # down projection's in a pass of its own, the others' by the kernel that reads the product (the "int8"
+    # norms and SwiGLU below)
     out += [Case("widen_int8", f"{n}x{k}", chunk, "int8") for name, (n, k) in linears.items()
             if name in ("qkv", "gate_up")]
     out += [Case("scale_columns", f"{chunk}x{n}", chunk, "int8") for name, (n, k) in linears.items()
-            if name == "qkv"]
+            if name == "down"]
     out += [Case("rms_norm", f"{t}x{h}", t) for t in (1, 16, chunk)]
     out += [Case("rms_norm + residual", f"{t}x{h}", t) for t in (1, 16, chunk)]
+    out += [Case("rms_norm + residual", f"{chunk}x{h}", chunk, "int8")]
     out += [Case("qk_norm_rope + kv write", f"{t}x{heads}+{kv}x{hd}", t) for t in (1, 16, chunk)]
+    out += [Case("qk_norm_rope + kv write", f"{chunk}x{heads}+{kv}x{hd}", chunk, "int8")]
     # steps fuse it into the gate_up GEMM; an INT8 prompt's gate_up leaves it the scale
     out += [Case("silu_mul", f"{chunk}x{s.intermediate}", chunk, kind) for kind in ("", "int8")]
     out += [Case("decode attention", f"q{t} {heads}/{kv}x{hd}", t) for t in (1, 16)]
@@ -432,7 +435,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         h = shape.hidden
         x = torch.empty(t, h, dtype=bf16)
         residual = torch.empty_like(x) if "residual" in case.op else None
-        rmsnorm.rms_norm(x, torch.empty(h, dtype=bf16), 1e-6, residual=residual)
+        scale = torch.empty(h) if case.kind == "int8" else None
+        rmsnorm.rms_norm(x, torch.empty(h, dtype=bf16), 1e-6, residual=residual, x_scale=scale)
         return ""
     if case.op.startswith("qk_norm_rope"):
         qkv = torch.empty(t, (heads + 2 * kv) * hd, dtype=bf16)
@@ -443,7 +447,8 @@ def _launch(case: Case, preset: str, gpu: str, num_sms: int) -> str:
         try:  # the target GPU's tiles, not the CPU's defaults
             rope.qk_norm_rope(q.view(t, heads, hd), k.view(t, kv, hd), torch.empty(hd, dtype=bf16),
                               torch.empty(hd, dtype=bf16), cos_sin, torch.zeros(t, dtype=torch.int32), 1e-6,
-                              v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache))
+                              v=v.view(t, kv, hd), k_cache=cache, v_cache=torch.empty_like(cache),
+                              qkv_scale=torch.empty(qkv.shape[1]) if case.kind == "int8" else None)
         finally:
             rope.section = own_section
         if t <= MAX_STEP_TOKENS:

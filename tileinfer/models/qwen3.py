@@ -33,23 +33,27 @@ class Qwen3Layer:
 
 
 def self_attention(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, qkv, positions, cos_sin,
-                   k_cache, v_cache, ctx: AttentionContext, flow: bool = False):
+                   k_cache, v_cache, ctx: AttentionContext, flow: bool = False, qkv_scale=None):
     """Attention output [T, heads × head_dim] of the projected qkv; writes this call's K/V into the cache first.
     A decode step's attention may ask L2 for o_proj's weight, which the next launch reads (`set_l2_ahead`),
-    and with `flow` counts its output's columns for the o projection after it (`Ops.attention_flows`)."""
+    and with `flow` counts its output's columns for the o projection after it (`Ops.attention_flows`).
+    `qkv_scale`: qkv is an INT8 product whose scale is still to apply (`Ops.linear_unscaled`)."""
     t, hq, hk, d = qkv.shape[0], config.num_attention_heads, config.num_key_value_heads, config.head_dim
     q = qkv[:, : hq * d].view(t, hq, d)
     k = qkv[:, hq * d: (hq + hk) * d].view(t, hk, d)
     v = qkv[:, (hq + hk) * d:].view(t, hk, d)
     return ops.step_attention(q, k, v, layer.q_norm, layer.k_norm, cos_sin, positions, config.rms_norm_eps,
-                              k_cache, v_cache, ctx, ahead=layer.o_proj.stored, flow=flow).view(t, hq * d)
+                              k_cache, v_cache, ctx, ahead=layer.o_proj.stored, flow=flow,
+                              qkv_scale=qkv_scale).view(t, hq * d)
 
 
 def attention_block(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, x, positions, cos_sin,
                     k_cache, v_cache, ctx: AttentionContext):
-    """Self-attention of one Qwen3 layer on the normed x, o_proj included."""
-    qkv = ops.linear(x, layer.qkv_proj)
-    return ops.linear(self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx), layer.o_proj)
+    """Self-attention of one Qwen3 layer on the normed x, o_proj included: (output, None or the per-column
+    scale an INT8 prompt's o projection leaves to the norm after it, `Ops.linear_unscaled`)."""
+    qkv, qkv_scale = ops.linear_unscaled(x, layer.qkv_proj)
+    out = self_attention(ops, config, layer, qkv, positions, cos_sin, k_cache, v_cache, ctx, qkv_scale=qkv_scale)
+    return ops.linear_unscaled(out, layer.o_proj)
 
 
 def mlp_block(ops: Ops, layer: Qwen3Layer, x):
@@ -71,9 +75,9 @@ def decoder_layer(ops: Ops, config: Qwen3Config, layer: Qwen3Layer, stream: list
     stream.clear()
     with tracing.annotate(f"{name}.attention", level="layer", kv_len=ctx.kv_len, num_splits=ctx.num_splits):
         x, residual = ops.rms_norm(h, layer.input_layernorm, eps, residual)
-        h = attention_block(ops, config, layer, x, positions, cos_sin, k_cache, v_cache, ctx)
+        h, h_scale = attention_block(ops, config, layer, x, positions, cos_sin, k_cache, v_cache, ctx)
     with tracing.annotate(f"{name}.mlp", level="layer", m=x.shape[0]):
-        x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual)
+        x, residual = ops.rms_norm(h, layer.post_attention_layernorm, eps, residual, h_scale)
         h = mlp_block(ops, layer, x)
     stream[:] = (h, residual)
 

@@ -93,6 +93,7 @@ class Ops:
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add, self._linear_argmax = lin.norm_linear, lin.linear_add, lin.linear_argmax
         self._mlp_add = lin.mlp_add
+        self._linear_unscaled = lin.linear_unscaled if backend == "triton" and linear == "ours" else None
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":
@@ -135,6 +136,14 @@ class Ops:
 
     def linear(self, x, lin):
         return self._linear[self.exact](x, lin)
+
+    def linear_unscaled(self, x, lin):
+        """(y, scale): where our linears run, `linear.linear_unscaled` (a prompt's INT8 product whose
+        per-column scale the kernel reading it applies: `rms_norm`'s x_scale, `step_attention`'s qkv_scale);
+        else (linear(x), None)."""
+        if self._linear_unscaled is None:
+            return self.linear(x, lin), None
+        return self._linear_unscaled(x, lin, self.exact)
 
     def linear_swiglu(self, x, gate_up):
         """silu(gate) * up of the fused gate_up projection: one launch where our skinny GEMM runs."""
@@ -221,20 +230,22 @@ class Ops:
         return self.linear_add(act, down, residual)
 
     def step_attention(self, q, k, v, q_norm, k_norm, cos_sin, positions, eps, k_cache, v_cache,
-                       ctx: AttentionContext, ahead=None, flow: bool = False):
+                       ctx: AttentionContext, ahead=None, flow: bool = False, qkv_scale=None):
         """Attention of the projected q, k, v [T, heads, D]: Qwen3's Q/K RMSNorm and RoPE, this call's K/V
         into the caches, then attention over them; with `step_kv`, a decode step does it all in the
         attention's launch (`decode_attention`'s step_kv); with `step_kv_decode`, a one-token step outside
         exact mode does. `ahead`: the weight the next kernel reads, which a decode step's attention asks
         L2 for after its wait where `decode_attention.set_l2_ahead` is on. `flow`: its output's columns are
-        counted for the o projection after it (`attention_flows`)."""
+        counted for the o projection after it (`attention_flows`). `qkv_scale`: q, k and v are views of an
+        INT8 qkv product still unscaled (`linear_unscaled`), scaled as the norms and the V copy load them."""
         fused = self.step_kv or (self.step_kv_decode and q.shape[0] == 1 and not self.exact)
-        if fused and ctx.kv_len_t is not None:
+        if fused and ctx.kv_len_t is not None and qkv_scale is None:
             return self._decode(q, k_cache, v_cache, ctx.kv_len_t, ctx.causal, ctx.num_splits,
                                 split_size=ctx.split_size, block_m=ctx.block_m, early_kv=ctx.settled,
                                 step_kv=self._step_kv(k, v, q_norm, k_norm, cos_sin, positions, eps), l2_ahead=ahead,
                                 flow=flow)
-        q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache)
+        q, _ = self.qk_norm_rope(q, k, q_norm, k_norm, cos_sin, positions, eps, v=v, k_cache=k_cache, v_cache=v_cache,
+                                 qkv_scale=qkv_scale)
         return self.attention(q, k_cache, v_cache, ctx, ahead, flow)
 
     def attention(self, q, k_cache, v_cache, ctx: AttentionContext, ahead=None, flow: bool = False):

@@ -6,8 +6,8 @@
   M > 16,  float weight  -> F.linear (cuBLAS)
   M > 16,  int8 weight   -> our tiled W8A16 GEMM (w8a16_gemm.py); from DEQUANT_MIN_M rows, the definition:
                             the int8 weight widened to x's dtype (exact), cuBLAS, the scale in place
-                            (on a GPU both passes our own launches, dequant.py; a gate_up's scale
-                            goes into its SwiGLU's loads, `linear_swiglu`)
+                            (on a GPU both passes our own launches, dequant.py; `linear_unscaled`
+                            leaves the scale to the kernel that reads the product, as `linear_swiglu` does)
 With `exact=True` a row's result does not depend on M up to 16 (skinny_gemm's exact mode);
 `linear_rows_ref` is the same property for the PyTorch reference (M padded to 16). `linear_swiglu` is the
 MLP's gate_up projection followed by SwiGLU, one skinny launch at M <= 16. `norm_linear` folds the
@@ -178,13 +178,34 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
         y = skinny_gemm(x2, lin.stored, lin.scale, exact=exact)
     elif lin.is_quantized and m < DEQUANT_MIN_M:
         y = w8a16_gemm(x2, lin.qweight, lin.scale)
-    elif lin.is_quantized and x2.is_cuda:  # linear_ref's bits, the passes around cuBLAS at full bandwidth
-        y = scale_columns_(F.linear(x2, widen_int8(lin.qweight, x2.dtype)), lin.scale)
+    elif _defers_scale(x2, lin):  # linear_ref's bits, the passes around cuBLAS at full bandwidth
+        y = scale_columns_(_unscaled_product(x2, lin), lin.scale)
     elif lin.is_quantized:  # linear_ref's bits: the in-place product rounds as its fp32 temporary does
         y = scale_columns_ref(F.linear(x2, widen_int8_ref(lin.qweight, x2.dtype)), lin.scale)
     else:
         y = F.linear(x2, lin.weight.to(x.dtype))
     return y.reshape(*lead, lin.out_features)
+
+
+def _defers_scale(x2: torch.Tensor, lin: Linear) -> bool:
+    """Whether `linear` runs cuBLAS on the widened INT8 weight and scales the product after it."""
+    return lin.is_quantized and x2.shape[0] >= DEQUANT_MIN_M and x2.is_cuda and x2.device == lin.device
+
+
+def _unscaled_product(x2: torch.Tensor, lin: Linear) -> torch.Tensor:
+    return F.linear(x2, widen_int8(lin.qweight, x2.dtype))
+
+
+def linear_unscaled(x: torch.Tensor, lin: Linear, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(y, scale): where `linear` would scale cuBLAS's product of a widened INT8 weight in a pass of its own
+    (DEQUANT_MIN_M rows or more, on a GPU), the product and the per-column scale that the kernel reading it
+    applies as it loads (`silu_mul`, `rms_norm`, `qk_norm_rope` take it): the bits of `linear` once applied.
+    Elsewhere (`linear`(x), None)."""
+    _check_input(x, lin)
+    x2 = x.reshape(-1, lin.in_features)
+    if not _defers_scale(x2, lin):
+        return linear(x, lin, exact), None
+    return _unscaled_product(x2, lin).reshape(*x.shape[:-1], lin.out_features), lin.scale
 
 
 def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
@@ -195,9 +216,8 @@ def linear_swiglu(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Te
     _check_input(x, lin)
     x2 = x.reshape(-1, lin.in_features)
     m = x2.shape[0]
-    if lin.is_quantized and m >= DEQUANT_MIN_M and x2.is_cuda and x.device == lin.device:
-        # linear's passes around cuBLAS, the scale applied in the SwiGLU's loads: one pass over [M, 2I] fewer
-        y = silu_mul(F.linear(x2, widen_int8(lin.qweight, x2.dtype)), lin.scale)
+    if _defers_scale(x2, lin):  # the scale applied in the SwiGLU's loads: one pass over [M, 2I] fewer
+        y = silu_mul(_unscaled_product(x2, lin), lin.scale)
         return y.reshape(*x.shape[:-1], lin.out_features // 2)
     if not 1 <= m <= SKINNY_MAX_M or x.device != lin.device:
         return silu_mul(linear(x, lin, exact))
