@@ -10,6 +10,7 @@ wall), and the profiled prefill's timeline: its wall, its kernels' span and the 
     python bench/prefill_profile.py --out pp --model tiny --tokens 300     # CPU smoke run
     python bench/prefill_profile.py --out $OUT --override '{"prefill_attention": {"tma": false}}'   # an A/B
     python bench/prefill_profile.py --out $OUT --weights bf16 --chunk 4096,8192                      # chunk sizes
+    python bench/prefill_profile.py --out $OUT --weights int8 --defer-scales on,off,on,off          # INT8 scale passes
 """
 
 import argparse
@@ -30,6 +31,7 @@ from bench.engine_bench import checkpoints  # noqa: E402
 from bench.ref.metric import environment, gpu_tag, write_rows  # noqa: E402
 from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer.engine import DEFAULT_PREFILL_CHUNK  # noqa: E402
+from tileinfer.ops.linear import DEFER_SCALES  # noqa: E402
 from tileinfer_profiling.busy import busy_time  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer_profiling.trace import kernel_class  # noqa: E402
@@ -108,6 +110,10 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--chunk", default=str(DEFAULT_PREFILL_CHUNK),
                         help="prefill chunk sizes in tokens, comma-separated: each runs in turn (its rows name it)")
+    parser.add_argument("--defer-scales", default="on",
+                        help="on/off, comma-separated, each run in turn: an INT8 product's scale applied by the "
+                             "kernel that reads it (on) or in a pass of its own (off; linear.DEFER_SCALES); "
+                             "BF16 runs once")
     parser.add_argument("--root", default=str(BENCH_ROOT), help="where the random checkpoints are kept")
     tuned_override.add_argument(parser)
     args = parser.parse_args(argv)
@@ -123,6 +129,9 @@ def main(argv=None):
         parser.error(f"--chunk: expected token counts separated by commas, got {args.chunk!r}")
     if min(chunks) < 1:
         parser.error(f"--chunk: chunk sizes must be >= 1, got {args.chunk!r}")
+    defers = args.defer_scales.split(",")
+    if any(d not in ("on", "off") for d in defers):
+        parser.error(f"--defer-scales: on or off, comma-separated, got {args.defer_scales!r}")
     patch = tuned_override.from_args(parser, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -130,31 +139,40 @@ def main(argv=None):
             "weights_kind": "random", "override": tuned_override.label(patch)}
     target, drafter = checkpoints(args.model, Path(args.root))
     rows = []
-    with tuned_override.overridden(patch):  # eager prefills read the tuned values at each launch
-        for kind, chunk in itertools.product(weights, chunks):
-            engine = tileinfer.load(target, draft=drafter, weights=kind, prefill_chunk=chunk)
-            if args.tokens > engine.config.max_position_embeddings:
-                parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
-            ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
-            wall, host, walls = prefill_ms(engine, ids.tolist(), args.repeats)
-            clock = sm_clock_mhz(engine.device) if engine.device.type == "cuda" else None
-            kernels, timeline = kernel_rows(engine, ids.tolist())
-            key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
-                   "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
-                   "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
-            rows.extend({**key, **r, **base} for r in kernels)
-            print(f"{args.model} {kind} {args.tokens} tokens in chunks of {chunk}: prefill {wall:.1f} ms "
-                  f"(the call returns after {host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
-                  f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
-                  f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)
-            for cls in ("gemm", "attention", "norm_rope", "other"):
-                print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
-            for r in kernels[:12]:
-                print(f"  {r['gpu_ms']:8.2f} ms {r['calls']:5d}x  {r['name'][:110]}", flush=True)
-            del engine
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+    initial = DEFER_SCALES.on
+    try:
+        with tuned_override.overridden(patch):  # eager prefills read the tuned values at each launch
+            runs = [(kind, chunk, defer) for kind, chunk, (i, defer) in itertools.product(weights, chunks, enumerate(defers))
+                    if kind == "int8" or i == 0]
+            for kind, chunk, defer in runs:
+                DEFER_SCALES.set(defer == "on")
+                engine = tileinfer.load(target, draft=drafter, weights=kind, prefill_chunk=chunk)
+                if args.tokens > engine.config.max_position_embeddings:
+                    parser.error(f"--tokens {args.tokens} is past the model's {engine.config.max_position_embeddings} positions")
+                ids = torch.randint(0, engine.config.vocab_size, (args.tokens,), generator=torch.Generator().manual_seed(0))
+                wall, host, walls = prefill_ms(engine, ids.tolist(), args.repeats)
+                clock = sm_clock_mhz(engine.device) if engine.device.type == "cuda" else None
+                kernels, timeline = kernel_rows(engine, ids.tolist())
+                key = {"model": args.model, "weights": kind, "tokens": args.tokens, "chunk": engine.prefill_chunk,
+                       "defer_scales": defer if kind == "int8" else "-",
+                       "prefill_ms": wall, "host_ms": host, "kernel_ms": sum(r["gpu_ms"] for r in kernels),
+                       "prefill_walls_ms": " ".join(f"{w:.2f}" for w in walls), "sm_clock_mhz": clock, **timeline}
+                rows.extend({**key, **r, **base} for r in kernels)
+                scales = f", scales {'deferred' if defer == 'on' else 'in passes'}" if kind == "int8" else ""
+                print(f"{args.model} {kind} {args.tokens} tokens in chunks of {chunk}{scales}: prefill {wall:.1f} ms "
+                      f"(the call returns after {host:.1f} ms; repeats {key['prefill_walls_ms']}; SM clock after them {clock} MHz), kernels "
+                      f"{key['kernel_ms']:.1f} ms; the profiled call {timeline['profiled_wall_ms']:.1f} ms, its kernels "
+                      f"span {timeline['kernel_span_ms']:.1f} ms with {timeline['idle_in_span_ms']:.1f} ms idle", flush=True)
+                for cls in ("gemm", "attention", "norm_rope", "other"):
+                    print(f"  {cls:9s} {sum(r['gpu_ms'] for r in kernels if r['kernel_class'] == cls):8.2f} ms", flush=True)
+                for r in kernels[:12]:
+                    print(f"  {r['gpu_ms']:8.2f} ms {r['calls']:5d}x  {r['name'][:110]}", flush=True)
+                del engine
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+    finally:
+        DEFER_SCALES.set(initial)
     path = write_rows(rows, out / f"prefill_profile_{gpu_tag(base['gpu'])}.csv", last=PROVENANCE)
     print(f"wrote {path}")
 

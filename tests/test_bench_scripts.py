@@ -112,7 +112,7 @@ def test_prefill_profile_rows_per_weights_and_kernel(tmp_path, capsys):
     assert ((df["host_ms"] > 0) & (df["host_ms"] <= df["prefill_ms"])).all()
     for _, kind in df.groupby("weights"):
         assert kind["kernel_ms"].iloc[0] == pytest.approx(kind["gpu_ms"].sum())
-    assert "tiny int8 40 tokens in chunks of 4096: prefill" in capsys.readouterr().out
+    assert "tiny int8 40 tokens in chunks of 4096, scales deferred: prefill" in capsys.readouterr().out
     # one repeat's wall, the profiled call's own wall; a kernel timeline on a GPU only
     assert (df["prefill_walls_ms"].astype(float) == df["prefill_ms"].round(2)).all()
     assert (df["profiled_wall_ms"] > 0).all()
@@ -144,6 +144,27 @@ def test_prefill_profile_chunk_sizes(tmp_path, capsys):
             prefill_profile.main(["--out", str(tmp_path / "bad"), "--chunk", bad])
         assert "--chunk" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_prefill_profile_int8_scales_deferred_and_in_passes(tmp_path, capsys):
+    """INT8 prefills with each product's scale left to its reader and in passes of their own, in turn; BF16
+    once; the switch as it was afterwards."""
+    import pandas as pd
+
+    from bench import prefill_profile
+    from tileinfer.ops.linear import DEFER_SCALES
+
+    prefill_profile.main(["--out", str(tmp_path), "--model", "tiny", "--tokens", "40", "--repeats", "1",
+                          "--defer-scales", "off,on", "--root", str(tmp_path / "ckpt")])
+    df = pd.read_csv(next(tmp_path.glob("prefill_profile_*.csv")))
+    runs = df.drop_duplicates(["weights", "defer_scales"])[["weights", "defer_scales"]]
+    assert sorted(map(tuple, runs.values)) == [("bf16", "-"), ("int8", "off"), ("int8", "on")]
+    out = capsys.readouterr().out
+    assert "int8 40 tokens in chunks of 4096, scales in passes:" in out and "scales deferred:" in out
+    assert DEFER_SCALES.on
+    with pytest.raises(SystemExit):
+        prefill_profile.main(["--out", str(tmp_path / "bad"), "--defer-scales", "on,maybe"])
+    assert "--defer-scales" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_kernel_timeline_busy_time_and_span():

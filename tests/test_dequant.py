@@ -9,7 +9,6 @@ import tileinfer
 from tests.conftest import DEVICE
 from tests.helpers import tiny_target
 from tileinfer.ops import linear as linear_module
-from tileinfer.ops import swiglu
 from tileinfer.ops import INTERPRET
 from tileinfer.ops.dequant import scale_columns_, scale_columns_ref, widen_int8, widen_int8_ref
 
@@ -61,21 +60,22 @@ def test_bad_inputs_raise_clear_errors():
 @pytest.mark.gpu
 def test_int8_prompt_with_deferred_scales_has_the_bits_of_scale_passes(tmp_path, monkeypatch):
     """qkv's scale in the Q/K norms and V copy, o's in the norm after it, gate_up's in the SwiGLU: an INT8
-    prompt of DEQUANT_MIN_M tokens and more prefills to the logits and caches of a scale pass per product."""
+    prompt of DEQUANT_MIN_M tokens and more prefills to the logits and caches of a scale pass per product
+    (`linear.DEFER_SCALES` off)."""
     target = tiny_target(tmp_path, dtype=torch.bfloat16, max_position_embeddings=1024)
     engine = tileinfer.load(target, weights="int8")
     ids = torch.randint(0, 150, (linear_module.DEQUANT_MIN_M + 45,), generator=torch.Generator().manual_seed(5))
     n = len(ids)  # the caches' rows past the prompt hold whatever their memory held
-    deferred = engine.prompt_logits(ids.tolist()), engine.cache.k[0][:n].clone(), engine.cache.v[0][:n].clone()
-    calls = []
 
-    def silu_mul_after_a_pass(y, scale=None):
-        calls.append(scale is not None)
-        return swiglu.silu_mul(y if scale is None else scale_columns_(y, scale))
+    def prefill():
+        return engine.prompt_logits(ids.tolist()), engine.cache.k[0][:n].clone(), engine.cache.v[0][:n].clone()
 
-    monkeypatch.setattr(engine.ops, "_linear_unscaled", None)
-    monkeypatch.setattr(linear_module, "silu_mul", silu_mul_after_a_pass)
-    passes = engine.prompt_logits(ids.tolist()), engine.cache.k[0][:n].clone(), engine.cache.v[0][:n].clone()
-    assert calls and all(calls)  # the gate_up's scale reached the SwiGLU, and went through the pass here
-    for a, b, what in zip(deferred, passes, ("logits", "K cache", "V cache")):
+    scaled_by_swiglu, silu_mul = [], linear_module.silu_mul
+    monkeypatch.setattr(linear_module, "silu_mul",
+                        lambda y, scale=None: (scaled_by_swiglu.append(scale is not None), silu_mul(y, scale))[1])
+    deferred = prefill()
+    assert scaled_by_swiglu and all(scaled_by_swiglu)
+    monkeypatch.setattr(linear_module.DEFER_SCALES, "on", False)
+    for a, b, what in zip(deferred, prefill(), ("logits", "K cache", "V cache")):
         assert torch.equal(a, b), what
+    assert not all(scaled_by_swiglu)  # the passes' run gave the SwiGLU scaled products

@@ -10,8 +10,8 @@ from tests.helpers import gemm_operands
 from tileinfer.errors import CheckpointError
 from tileinfer.ops.gemm_configs import GemmConfig, get_config, heuristic_config, m_bucket
 from tileinfer.ops.dequant import scale_columns_
-from tileinfer.ops.linear import (DEQUANT_MIN_M, Linear, embedding, linear, linear_ref, linear_swiglu,
-                                  linear_unscaled, quantize_linear)
+from tileinfer.ops.linear import (DEFER_SCALES, DEQUANT_MIN_M, Linear, embedding, linear, linear_ref,
+                                  linear_swiglu, linear_unscaled, quantize_linear)
 from tileinfer.ops.skinny_gemm import skinny_gemm, skinny_gemm_ref
 from tileinfer.ops.skinny_rows import _weight_to
 from tileinfer.ops.swiglu import silu_mul, silu_mul_ref
@@ -173,7 +173,7 @@ def test_w8a16_tiled_and_dispatch(device, m):
 
 @pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_int8_prefill_rows_take_the_definition(device, dtype, scale_dtype):
+def test_int8_prefill_rows_take_the_definition(device, dtype, scale_dtype, monkeypatch):
     """From DEQUANT_MIN_M rows an INT8 linear is linear_ref itself (weight widened, cuBLAS, scale in place):
     the same bits; below it, the W8A16 kernel."""
     gen = torch.Generator().manual_seed(3)
@@ -190,6 +190,10 @@ def test_int8_prefill_rows_take_the_definition(device, dtype, scale_dtype):
         y, scale = linear_unscaled(rows, q)  # on a GPU the scale is left to the kernel that reads y
         assert (scale is not None) == (rows.is_cuda and len(rows) >= DEQUANT_MIN_M)
         assert torch.equal(y if scale is None else scale_columns_(y, scale), linear(rows, q))
+    monkeypatch.setattr(DEFER_SCALES, "on", False)  # a scale pass after each product instead
+    y, scale = linear_unscaled(x, q)
+    assert scale is None and torch.equal(y, linear(x, q))
+    assert torch.equal(linear_swiglu(x, gate_up), silu_mul(linear(x, gate_up)))
 
 
 def test_linear_keeps_leading_dims_and_bf16_scale(device):

@@ -31,6 +31,7 @@ from tileinfer.ops.rmsnorm import rms_norm
 from tileinfer.ops.skinny_gemm import MAX_M as SKINNY_MAX_M
 from tileinfer.ops.skinny_gemm import skinny_gemm
 from tileinfer.ops.swiglu import silu_mul
+from tileinfer.ops.switches import Switch
 from tileinfer.ops.w8a16_gemm import w8a16_gemm
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -39,6 +40,9 @@ _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # 225 ms against BF16's 150 ms, bench/results/comparison_8k_h200.md); below it the W8A16 GEMM reads half
 # the bytes.
 DEQUANT_MIN_M = 256
+# Those products leave their per-column scale to the kernel that reads them (`linear_unscaled`,
+# `linear_swiglu`); off (TILEINFER_DEFER_SCALES=0), a scale pass after each, for a benchmark's A/B.
+DEFER_SCALES = Switch("TILEINFER_DEFER_SCALES", default=True)
 
 
 @dataclass
@@ -178,7 +182,7 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
         y = skinny_gemm(x2, lin.stored, lin.scale, exact=exact)
     elif lin.is_quantized and m < DEQUANT_MIN_M:
         y = w8a16_gemm(x2, lin.qweight, lin.scale)
-    elif _defers_scale(x2, lin):  # linear_ref's bits, the passes around cuBLAS at full bandwidth
+    elif _widens(x2, lin):  # linear_ref's bits, the passes around cuBLAS at full bandwidth
         y = scale_columns_(_unscaled_product(x2, lin), lin.scale)
     elif lin.is_quantized:  # linear_ref's bits: the in-place product rounds as its fp32 temporary does
         y = scale_columns_ref(F.linear(x2, widen_int8_ref(lin.qweight, x2.dtype)), lin.scale)
@@ -187,9 +191,14 @@ def linear(x: torch.Tensor, lin: Linear, exact: bool = False) -> torch.Tensor:
     return y.reshape(*lead, lin.out_features)
 
 
-def _defers_scale(x2: torch.Tensor, lin: Linear) -> bool:
+def _widens(x2: torch.Tensor, lin: Linear) -> bool:
     """Whether `linear` runs cuBLAS on the widened INT8 weight and scales the product after it."""
     return lin.is_quantized and x2.shape[0] >= DEQUANT_MIN_M and x2.is_cuda and x2.device == lin.device
+
+
+def _defers_scale(x2: torch.Tensor, lin: Linear) -> bool:
+    """Whether that product's scale is left to the kernel that reads it (`DEFER_SCALES`)."""
+    return DEFER_SCALES.on and _widens(x2, lin)
 
 
 def _unscaled_product(x2: torch.Tensor, lin: Linear) -> torch.Tensor:
