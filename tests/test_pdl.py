@@ -37,8 +37,9 @@ from tileinfer.ops.rmsnorm import _rms_norm_kernel
 
 x = torch.empty(2, 64, dtype=torch.bfloat16)
 for on in (False, True):
-    k = _rms_norm_kernel.warmup(x, x, torch.empty(64, dtype=torch.bfloat16), x, x, 64, 64, 64, 64, 64, 1e-6,
-                                HAS_RESIDUAL=True, BLOCK_H=64, PDL=on, grid=(2,),
+    w = torch.empty(64, dtype=torch.bfloat16)
+    k = _rms_norm_kernel.warmup(x, x, w, x, x, w, 64, 64, 64, 64, 64, 1e-6,
+                                HAS_RESIDUAL=True, HAS_SCALE=False, BLOCK_H=64, PDL=on, grid=(2,),
                                 **({"launch_pdl": True} if on else {}))
     ptx = k.asm["ptx"]
     print(on, "griddepcontrol.wait" in ptx, "griddepcontrol.launch_dependents" in ptx, k.metadata.launch_pdl)
