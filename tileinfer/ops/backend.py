@@ -93,7 +93,7 @@ class Ops:
         self._fused_gemms = backend == "triton" and linear == "ours"
         self._norm_linear, self._linear_add, self._linear_argmax = lin.norm_linear, lin.linear_add, lin.linear_argmax
         self._mlp_add = lin.mlp_add
-        self._linear_unscaled = lin.linear_unscaled if backend == "triton" and linear == "ours" else None
+        self._linear_unscaled = lin.linear_unscaled if self._fused_gemms else None
         self.embedding = lin.embedding
         self.attention_ref = attention.attention_ref
         if backend == "torch":

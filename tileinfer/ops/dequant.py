@@ -30,14 +30,23 @@ def _widen_kernel(q_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def column_scaled(x, scale_ptr, cols, mask, ON: tl.constexpr):
+    """With ON, x (as loaded, in its dtype) times the scales of its columns `cols`, in fp32, rounded to that
+    dtype: the scale pass's arithmetic, which a kernel reading an unscaled product applies as it loads it
+    (`linear.linear_unscaled`)."""
+    if ON:
+        x = (x.to(tl.float32) * tl.load(scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
+    return x
+
+
+@triton.jit
 def _scale_columns_kernel(y_ptr, scale_ptr, M, N, stride_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     ptrs = y_ptr + rows[:, None] * stride_m + cols[None, :]
-    s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    y = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) * s[None, :]
-    tl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    y = tl.load(ptrs, mask=mask, other=0.0)
+    tl.store(ptrs, column_scaled(y, scale_ptr, cols[None, :], (cols < N)[None, :], True), mask=mask)
 
 
 def widen_int8(qweight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from tileinfer.ops.dequant import scale_columns_ref
+from tileinfer.ops.dequant import column_scaled, scale_columns_ref
 from tileinfer.ops.pdl import launch_options
 
 
@@ -41,8 +41,7 @@ def _rms_norm_kernel(
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     h = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
-    if HAS_SCALE:
-        h = (h.to(tl.float32) * tl.load(scale_ptr + offs, mask=mask, other=0.0).to(tl.float32)).to(h.dtype)
+    h = column_scaled(h, scale_ptr, offs, mask, HAS_SCALE)
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + offs, mask=mask, other=0.0)
         h = (h.to(tl.float32) + r.to(tl.float32)).to(h_ptr.dtype.element_ty)

@@ -9,7 +9,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tileinfer.ops.attention import MAX_STEP_TOKENS
-from tileinfer.ops.dequant import scale_columns_ref
+from tileinfer.ops.dequant import column_scaled, scale_columns_ref
 from tileinfer.ops.pdl import launch_options
 from tileinfer.ops.tuning import section
 
@@ -72,20 +72,12 @@ def _check_qkv_scale(q, k, v, k_cache, qkv_scale):
 
 
 @triton.jit
-def _scaled(x, scale_ptr, offs, mask, HAS_SCALE: tl.constexpr):
-    """x (loaded in its dtype) times its columns' scales, rounded to that dtype, as `scale_columns_` does."""
-    if HAS_SCALE:
-        x = (x.to(tl.float32) * tl.load(scale_ptr + offs, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
-    return x
-
-
-@triton.jit
 def _norm_rope_head(x_ptr, out_ptr, w_ptr, cos, sin, offs, mask, eps, scale_ptr,
                     HEAD_DIM: tl.constexpr, HAS_SCALE: tl.constexpr):
     half: tl.constexpr = HEAD_DIM // 2
-    x1 = _scaled(tl.load(x_ptr + offs, mask=mask, other=0.0), scale_ptr, offs, mask, HAS_SCALE).to(tl.float32)
-    x2 = _scaled(tl.load(x_ptr + half + offs, mask=mask, other=0.0), scale_ptr, half + offs, mask,
-                 HAS_SCALE).to(tl.float32)
+    x1 = column_scaled(tl.load(x_ptr + offs, mask=mask, other=0.0), scale_ptr, offs, mask, HAS_SCALE).to(tl.float32)
+    x2 = column_scaled(tl.load(x_ptr + half + offs, mask=mask, other=0.0), scale_ptr, half + offs, mask,
+                       HAS_SCALE).to(tl.float32)
     rstd = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
     y1 = x1 * rstd * tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y2 = x2 * rstd * tl.load(w_ptr + half + offs, mask=mask, other=0.0).to(tl.float32)
@@ -151,8 +143,9 @@ def _qk_norm_rope_kernel(
         head -= num_q_heads + num_kv_heads
         src = v_ptr + t * stride_vt + head * stride_vh
         dst = v_out_ptr + row * stride_ot + head * HEAD_DIM
-        lo = _scaled(tl.load(src + offs, mask=mask), head_scale, offs, mask, HAS_SCALE)
-        hi = _scaled(tl.load(src + HEAD_DIM // 2 + offs, mask=mask), head_scale, HEAD_DIM // 2 + offs, mask, HAS_SCALE)
+        lo = column_scaled(tl.load(src + offs, mask=mask), head_scale, offs, mask, HAS_SCALE)
+        hi = column_scaled(tl.load(src + HEAD_DIM // 2 + offs, mask=mask), head_scale, HEAD_DIM // 2 + offs, mask,
+                           HAS_SCALE)
         tl.store(dst + offs, lo, mask=mask)
         tl.store(dst + HEAD_DIM // 2 + offs, hi, mask=mask)
         return
@@ -196,7 +189,7 @@ def _qk_norm_rope_rows_kernel(
     if head >= num_q_heads + num_kv_heads:
         head -= num_q_heads + num_kv_heads
         x = tl.load(v_ptr + t[:, None] * stride_vt + head * stride_vh + d[None, :], mask=valid)
-        x = _scaled(x, head_scale, d[None, :], every_d, HAS_SCALE)
+        x = column_scaled(x, head_scale, d[None, :], every_d, HAS_SCALE)
         tl.store(v_out_ptr + row[:, None] * stride_ot + head * HEAD_DIM + d[None, :], x, mask=valid)
         return
     if head < num_q_heads:
@@ -210,8 +203,8 @@ def _qk_norm_rope_rows_kernel(
         w_ptr = k_weight_ptr
     w, w_rot, cos, sin = rope_factors(w_ptr, cos_sin_ptr + pos[:, None] * stride_cs + (d % half)[None, :], valid,
                                       HEAD_DIM)
-    x = _scaled(tl.load(src + d[None, :], mask=valid, other=0.0), head_scale, d[None, :], every_d, HAS_SCALE)
-    x_rot = _scaled(tl.load(src + ((d + half) % HEAD_DIM)[None, :], mask=valid, other=0.0), head_scale,
+    x = column_scaled(tl.load(src + d[None, :], mask=valid, other=0.0), head_scale, d[None, :], every_d, HAS_SCALE)
+    x_rot = column_scaled(tl.load(src + ((d + half) % HEAD_DIM)[None, :], mask=valid, other=0.0), head_scale,
                     ((d + half) % HEAD_DIM)[None, :], every_d, HAS_SCALE)
     y = norm_rope_tile(x, x_rot, w, w_rot, cos, sin, eps, HEAD_DIM)
     tl.store(dst + d[None, :], y.to(dst.dtype.element_ty), mask=valid)

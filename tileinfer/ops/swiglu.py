@@ -9,6 +9,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from tileinfer.ops.dequant import column_scaled
+
 
 def silu_mul_ref(gate_up):
     """Plain-PyTorch definition: gate_up [T, 2I] -> silu(g) * u in fp32, cast to gate_up.dtype."""
@@ -24,12 +26,10 @@ def _silu_mul_kernel(gate_up_ptr, scale_ptr, out_ptr, stride_in, stride_out, I, 
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < I
-    g = tl.load(gate_up_ptr + row * stride_in + offs, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(gate_up_ptr + row * stride_in + I + offs, mask=mask, other=0.0).to(tl.float32)
-    if HAS_SCALE:
-        dtype = gate_up_ptr.dtype.element_ty
-        g = (g * tl.load(scale_ptr + offs, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
-        u = (u * tl.load(scale_ptr + I + offs, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
+    g = tl.load(gate_up_ptr + row * stride_in + offs, mask=mask, other=0.0)
+    u = tl.load(gate_up_ptr + row * stride_in + I + offs, mask=mask, other=0.0)
+    g = column_scaled(g, scale_ptr, offs, mask, HAS_SCALE).to(tl.float32)
+    u = column_scaled(u, scale_ptr, I + offs, mask, HAS_SCALE).to(tl.float32)
     out = g * tl.sigmoid(g) * u
     tl.store(out_ptr + row * stride_out + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
 
