@@ -8,8 +8,11 @@ import torch
 import triton
 import triton.language as tl
 
+from tileinfer.ops import INTERPRET
+
 _WIDEN_BLOCK = 4096
 _SCALE_BLOCK_M, _SCALE_BLOCK_N = 16, 256
+PTX: tl.constexpr = tl.constexpr(not INTERPRET)  # the interpreter runs no inline PTX
 
 
 def widen_int8_ref(qweight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -35,7 +38,14 @@ def column_scaled(x, scale_ptr, cols, mask, ON: tl.constexpr):
     dtype: the scale pass's arithmetic, which a kernel reading an unscaled product applies as it loads it
     (`linear.linear_unscaled`)."""
     if ON:
-        x = (x.to(tl.float32) * tl.load(scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
+        scale = tl.load(scale_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if x.dtype == tl.float32 and PTX:
+            # rounded on its own, as the pass stores it: left to the compiler, an fp32 product and the add
+            # that reads it (the norm's residual) become one fma, one rounding fewer
+            x = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [x, scale], dtype=tl.float32,
+                                          is_pure=True, pack=1)
+        else:
+            x = (x.to(tl.float32) * scale).to(x.dtype)
     return x
 
 
