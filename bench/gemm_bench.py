@@ -371,7 +371,7 @@ def install_table(gpu: str, table: dict, out: Path | None) -> None:
     before = tuning.config_path(gpu)
     if out is not None and before.exists():
         (out / f"{before.stem}.before.json").write_text(before.read_text())
-    merged = json.loads(json.dumps(tuning.gpu_configs(gpu).get("skinny_gemm", {})))
+    merged = json.loads(json.dumps(tuning.own_configs(gpu).get("skinny_gemm", {})))
     for shape, buckets in table.items():
         for bucket, kinds in buckets.items():
             merged.setdefault(shape, {}).setdefault(bucket, {}).update(kinds)

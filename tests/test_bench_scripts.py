@@ -206,7 +206,7 @@ def test_a_tune_installs_its_winners_and_keeps_the_file_it_replaced(tmp_path, mo
     from tileinfer.ops import tuning
 
     monkeypatch.setattr(tuning, "CONFIG_DIR", tmp_path / "configs")
-    tuning.gpu_configs.cache_clear()
+    tuning.clear_cache()
     out = tmp_path / "out"
     out.mkdir()
     try:
@@ -219,4 +219,4 @@ def test_a_tune_installs_its_winners_and_keeps_the_file_it_replaced(tmp_path, mo
         assert (out / "test_gpu_9.before.json").read_text() == before
         assert json.loads((out / "test_gpu_9.json").read_text()) == installed
     finally:
-        tuning.gpu_configs.cache_clear()
+        tuning.clear_cache()

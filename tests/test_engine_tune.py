@@ -74,9 +74,9 @@ def test_the_config_the_engine_runs_now_is_the_files_else_the_heuristics():
 @pytest.fixture
 def configs_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "CONFIG_DIR", tmp_path / "configs")
-    tuning.gpu_configs.cache_clear()
+    tuning.clear_cache()
     yield tmp_path / "configs"
-    tuning.gpu_configs.cache_clear()
+    tuning.clear_cache()
     gemm_configs._lookup.cache_clear()
 
 

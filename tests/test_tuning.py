@@ -47,7 +47,7 @@ def test_a_gpu_without_a_file_gets_the_defaults():
 
 def test_write_section_replaces_one_kernel(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "CONFIG_DIR", tmp_path)
-    tuning.gpu_configs.cache_clear()
+    tuning.clear_cache()
     try:
         path = tuning.write_section("Test GPU 9", "decode_attention", {"num_warps": 8})
         tuning.write_section("Test GPU 9", "prefill_attention", {"block_m": 32})
@@ -56,7 +56,7 @@ def test_write_section_replaces_one_kernel(tmp_path, monkeypatch):
         assert data == {"gpu": "Test GPU 9", "decode_attention": {"num_warps": 8}, "prefill_attention": {"block_m": 32}}
         assert tuning.gpu_configs("Test GPU 9")["decode_attention"] == {"num_warps": 8}
     finally:
-        tuning.gpu_configs.cache_clear()
+        tuning.clear_cache()
 
 
 @pytest.mark.parametrize("gpu,slug", [("NVIDIA H200", "nvidia_h200"), ("NVIDIA GeForce RTX 4080 SUPER",
@@ -84,3 +84,65 @@ def test_given_fields_apply_to_configs_that_set_none_and_reject_negatives(field,
     finally:
         setter(0)
     assert gemm_configs.get_config(*shape, m, "bf16") == tuned
+
+
+@pytest.fixture
+def kin_files(tmp_path, monkeypatch):
+    """Two tuned sm_90 GPUs of 132 SMs (80 and 141 GiB) and one of 114; visible GPUs as the test says."""
+    monkeypatch.setattr(tuning, "CONFIG_DIR", tmp_path)
+    files = {
+        "Big 80": {"capability": [9, 0], "sms": 132, "memory_gib": 79.2, "decode_attention": {"num_warps": 4},
+                   "norm_rope": {"block_t": 16}},
+        "Big 141": {"capability": [9, 0], "sms": 132, "memory_gib": 139.8, "decode_attention": {"num_warps": 8},
+                    "norm_rope": {"block_t": 32}, "skinny_gemm": {"64x64": {}}},
+        "Small": {"capability": [9, 0], "sms": 114, "memory_gib": 79.2, "norm_rope": {"block_t": 64}},
+    }
+    for gpu, data in files.items():
+        (tmp_path / f"{tuning.gpu_slug(gpu)}.json").write_text(json.dumps({"gpu": gpu, **data}))
+    visible = {}
+    monkeypatch.setattr(tuning, "identity", visible.get)
+    tuning.clear_cache()
+    yield visible
+    tuning.clear_cache()
+
+
+def test_a_gpu_without_a_file_takes_the_sections_of_its_nearest_kin(kin_files):
+    kin_files["Big 94"] = {"capability": [9, 0], "sms": 132, "memory_gib": 93.0}
+    assert tuning.kin_of("Big 94") == "Big 80"
+    configs = tuning.gpu_configs("Big 94")
+    assert configs == {"gpu": "Big 94", "decode_attention": {"num_warps": 4}, "norm_rope": {"block_t": 16}}
+    assert tuning.borrowed_sections("Big 94") == {"decode_attention": "Big 80", "norm_rope": "Big 80"}
+    kin_files["Huge"] = {"capability": [9, 0], "sms": 132, "memory_gib": 144.0}
+    assert tuning.kin_of("Huge") == "Big 141" and "skinny_gemm" in tuning.gpu_configs("Huge")
+
+
+def test_own_sections_win_and_only_missing_ones_are_borrowed(kin_files):
+    kin_files["Big 141"] = {"capability": [9, 0], "sms": 132, "memory_gib": 139.8}
+    assert tuning.kin_of("Big 141") == "Big 80"  # never itself
+    configs = tuning.gpu_configs("Big 141")
+    assert configs["decode_attention"] == {"num_warps": 8} and configs["skinny_gemm"] == {"64x64": {}}
+    assert tuning.borrowed_sections("Big 141") == {}
+    assert tuning.own_configs("Big 141")["memory_gib"] == 139.8 and configs["memory_gib"] == 139.8
+
+
+@pytest.mark.parametrize("who", [{"capability": [8, 0], "sms": 132, "memory_gib": 79.2},  # another architecture
+                                 {"capability": [9, 0], "sms": 78, "memory_gib": 96.0}])  # SMs no file has
+def test_no_kin_leaves_the_defaults(kin_files, who):
+    kin_files["Other"] = who
+    assert tuning.kin_of("Other") is None and tuning.gpu_configs("Other") == {}
+    assert tuning.kin_of("Not visible") is None and tuning.gpu_configs("Not visible") == {}
+
+
+def test_a_new_file_records_what_its_gpu_is(kin_files):
+    kin_files["New"] = {"capability": [9, 0], "sms": 114, "memory_gib": 94.0}
+    path = tuning.write_section("New", "norm_rope", {"block_t": 8})
+    assert json.loads(path.read_text()) == {"gpu": "New", "capability": [9, 0], "sms": 114, "memory_gib": 94.0,
+                                            "norm_rope": {"block_t": 8}}
+    assert tuning.kin_of("New") == "Small" and tuning.gpu_configs("New")["norm_rope"] == {"block_t": 8}
+
+
+def test_the_installed_files_say_what_their_gpus_are():
+    for path in sorted(tuning.CONFIG_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert tuning.config_path(data["gpu"]) == path
+        assert len(data["capability"]) == 2 and data["sms"] > 0 and data["memory_gib"] > 0, path.name

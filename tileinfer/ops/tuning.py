@@ -6,8 +6,10 @@
                                 "decode_attention": {...}, "prefill_attention": {...},
                                 "norm_rope": {"block_t", "num_warps"}}
 
-A GPU without a file, or a kernel without a section, gets each kernel's defaults in code; nothing is
-tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune` writes the
+A file also records its GPU's compute capability, SM count and memory. A GPU without a file, or a kernel
+without a section in its file, takes the section of a tuned GPU of its kind (the same capability and SM
+count; of several, the nearest in memory: an H100 NVL or an H800 runs the H100's or the H200's tiles);
+with none, each kernel's defaults in code. Nothing is tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune` writes the
 skinny-GEMM section of the GPU it runs on; the other sections come from the kernels' sweeps
 (`bench/attention_bench.py`, `tileinfer_profiling.sweeps`, `bench/pointwise_bench.py --norm-rope-tiles`).
 """
@@ -34,10 +36,58 @@ def config_path(gpu: str) -> Path:
 
 
 @lru_cache(maxsize=None)
-def gpu_configs(gpu: str) -> dict:
-    """Every tuned section of `gpu` ({} when the GPU has no file)."""
+def own_configs(gpu: str) -> dict:
+    """The sections of `gpu`'s own file ({} when it has none)."""
     path = config_path(gpu)
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+@lru_cache(maxsize=None)
+def gpu_configs(gpu: str) -> dict:
+    """Every tuned section `gpu` runs with: its own file's, and for each section it lacks, its kin's."""
+    own = own_configs(gpu)
+    kin = kin_of(gpu)
+    if kin is None:
+        return own
+    return {**{k: v for k, v in own_configs(kin).items() if k not in IDENTITY}, **own, "gpu": gpu}
+
+
+def borrowed_sections(gpu: str) -> dict[str, str]:
+    """{section: the GPU it comes from} for the sections `gpu` takes from its kin."""
+    kin = kin_of(gpu)
+    own = own_configs(gpu)
+    return {} if kin is None else {k: kin for k in own_configs(kin) if k not in own and k not in IDENTITY}
+
+
+IDENTITY = ("gpu", "capability", "sms", "memory_gib")  # what a file says of its GPU, not of a kernel
+
+
+def identity(gpu: str) -> dict | None:
+    """The capability, SM count and memory of the visible GPU named `gpu` (None: none is visible)."""
+    if not torch.cuda.is_available():
+        return None
+    for index in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(index)
+        if p.name == gpu:
+            return {"capability": [p.major, p.minor], "sms": p.multi_processor_count,
+                    "memory_gib": round(p.total_memory / 2**30, 1)}
+    return None
+
+
+@lru_cache(maxsize=None)
+def kin_of(gpu: str) -> str | None:
+    """The tuned GPU whose sections stand in for those `gpu` lacks: the same compute capability and SM
+    count, the nearest in memory (then by name); None for a GPU that is not visible or has no kin."""
+    me = identity(gpu)
+    if me is None:
+        return None
+    found = []
+    for path in sorted(CONFIG_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        name = data.get("gpu")
+        if name and name != gpu and data.get("capability") == me["capability"] and data.get("sms") == me["sms"]:
+            found.append((abs(data.get("memory_gib", 0) - me["memory_gib"]), name))
+    return min(found)[1] if found else None
 
 
 @lru_cache(maxsize=None)
@@ -59,11 +109,19 @@ def section(device, kernel: str) -> dict:
 
 
 def write_section(gpu: str, kernel: str, values: dict) -> Path:
-    """Replace one kernel's section in `gpu`'s file (created if absent) and drop the cached copy."""
+    """Replace one kernel's section in `gpu`'s own file (created if absent, with what the GPU is when it is
+    visible) and drop the cached copies."""
     path = config_path(gpu)
-    full = json.loads(path.read_text()) if path.exists() else {"gpu": gpu}
+    full = json.loads(path.read_text()) if path.exists() else {"gpu": gpu, **(identity(gpu) or {})}
     full[kernel] = values
     CONFIG_DIR.mkdir(exist_ok=True)
     path.write_text(json.dumps(full, indent=1, sort_keys=True) + "\n")
-    gpu_configs.cache_clear()
+    clear_cache()
     return path
+
+
+def clear_cache() -> None:
+    """Forget the files read so far (after one is written or replaced)."""
+    own_configs.cache_clear()
+    gpu_configs.cache_clear()
+    kin_of.cache_clear()
