@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 import pytest
+import torch
 
 from tileinfer.ops import tuning
 from tileinfer.ops.attention import MAX_NUM_SPLITS, default_num_splits
@@ -146,3 +147,19 @@ def test_the_installed_files_say_what_their_gpus_are():
         data = json.loads(path.read_text())
         assert tuning.config_path(data["gpu"]) == path
         assert len(data["capability"]) == 2 and data["sms"] > 0 and data["memory_gib"] > 0, path.name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_gpu_in_use_finds_what_its_file_says_and_its_kin():
+    gpu = tuning.gpu_of(torch.device("cuda"))
+    tuning.clear_cache()
+    me = tuning.identity(gpu)
+    assert me["sms"] == torch.cuda.get_device_properties(0).multi_processor_count
+    own = tuning.own_configs(gpu)
+    if own:
+        assert own["capability"] == me["capability"] and own["sms"] == me["sms"]
+        assert abs(own["memory_gib"] - me["memory_gib"]) < 2
+    tuned = {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    if gpu in tuned:
+        assert tuning.kin_of(gpu) == (tuned - {gpu}).pop() and tuning.borrowed_sections(gpu) == {}
+        assert tuning.gpu_configs(gpu) == own

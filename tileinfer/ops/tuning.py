@@ -63,8 +63,9 @@ IDENTITY = ("gpu", "capability", "sms", "memory_gib")  # what a file says of its
 
 
 def identity(gpu: str) -> dict | None:
-    """The capability, SM count and memory of the visible GPU named `gpu` (None: none is visible)."""
-    if not torch.cuda.is_available():
+    """The capability, SM count and memory of the GPU named `gpu` in this process's use (None: none is; a
+    process that has not touched CUDA is not made to, so one that forks afterwards still can)."""
+    if gpu == "cpu" or not torch.cuda.is_initialized():
         return None
     for index in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(index)
@@ -77,7 +78,7 @@ def identity(gpu: str) -> dict | None:
 @lru_cache(maxsize=None)
 def kin_of(gpu: str) -> str | None:
     """The tuned GPU whose sections stand in for those `gpu` lacks: the same compute capability and SM
-    count, the nearest in memory (then by name); None for a GPU that is not visible or has no kin."""
+    count, the nearest in memory (then by name); None for a GPU not in use or without kin."""
     me = identity(gpu)
     if me is None:
         return None
