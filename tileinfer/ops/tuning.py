@@ -9,9 +9,10 @@
 A file also records its GPU's compute capability, SM count and memory. A GPU without a file, or a kernel
 without a section in its file, takes the section of a tuned GPU of its kind (the same capability and SM
 count; of several, the nearest in memory: an H100 NVL or an H800 runs the H100's or the H200's tiles);
-with none, each kernel's defaults in code. Nothing is tuned at call time (the engine captures CUDA graphs). `bench/gemm_bench.py --tune` writes the
-skinny-GEMM section of the GPU it runs on; the other sections come from the kernels' sweeps
-(`bench/attention_bench.py`, `tileinfer_profiling.sweeps`, `bench/pointwise_bench.py --norm-rope-tiles`).
+with none, each kernel's defaults in code. Nothing is tuned at call time (the engine captures CUDA
+graphs). `bench/gemm_bench.py --tune` writes the skinny-GEMM section of the GPU it runs on; the other
+sections come from the kernels' sweeps (`bench/attention_bench.py`, `tileinfer_profiling.sweeps`,
+`bench/pointwise_bench.py --norm-rope-tiles`).
 """
 
 from __future__ import annotations
