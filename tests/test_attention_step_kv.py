@@ -88,6 +88,28 @@ def test_step_kv_matches_norm_rope_then_attention(kv_len, t, num_q_heads, num_kv
     assert_close(got, want, atol, rtol, "attention")
 
 
+@pytest.mark.parametrize("where", [True, "after"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_len,num_splits", [(1, 1), (37, 3), (64, 1), (65, 2), (200, 2), (300, 5)])
+def test_one_token_row_held_in_registers_has_the_read_back_bits(kv_len, num_splits, where, dtype, device,
+                                                                 monkeypatch):
+    """A one-token step whose row lies in its split's first block takes that row from its registers, not from
+    the cache it just wrote; the output has the bits of the step that reads it back (first block read after
+    the writes), whether the row sits in the first block or in a later one."""
+    heads = (8, 2, 32)
+    cache, qkv, weights, cos_sin = make_step(kv_len, 1, *heads, dtype, device)
+    positions = torch.tensor([kv_len - 1], device=device)
+    plain, plain_k, plain_v = fused(cache, qkv, weights, cos_sin, positions, kv_len, True, heads,
+                                    num_splits=num_splits)
+    monkeypatch.setattr(decode_attention_module.EARLY_KV, "on", where is True)
+    monkeypatch.setattr(decode_attention_module.KV_FIRST, "on", where == "after")
+    held, held_k, held_v = fused(cache, qkv, weights, cos_sin, positions, kv_len, True, heads, num_splits=num_splits,
+                                 early_kv=True)
+    assert not held.isnan().any()
+    assert torch.equal(held, plain)
+    assert torch.equal(held_k[:kv_len], plain_k[:kv_len]) and torch.equal(held_v[:kv_len], plain_v[:kv_len])
+
+
 @pytest.mark.parametrize("early_kv", [False, True, "after"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_exact_rows_do_not_depend_on_the_step_size(dtype, early_kv, device, monkeypatch):

@@ -239,6 +239,8 @@ def _split_kv_attention_kernel(
     the step's own rows in that block are loaded again after the wait (and after NORM_ROPE's writes).
     EARLY 2: the same first-block loads right after the wait, beside the step's raw q/k/v loads, not after
     NORM_ROPE's writes and barrier: one dependent round trip fewer, nothing read while the kernel before runs.
+    Without NORM_ROPE the block is final after the wait and is read whole, the step's rows too; with it and one
+    token, that token's row is taken from the registers that wrote it to the cache (either EARLY), not read back.
 
     AHEAD_ON: right after the wait the live programs ask L2 for the ahead_bytes at AHEAD + ahead_offset
     (the weight of the projection after this attention), a share each: while the attention's dependent
@@ -271,6 +273,8 @@ def _split_kv_attention_kernel(
     k_first_ptrs = K + kv_head * stride_kh + n_first[:, None] * stride_kn + offs_d[None, :]
     v_first_ptrs = V + kv_head * stride_vh + n_first[:, None] * stride_vn + offs_d[None, :]
     settled = (n_first < tl.minimum(end, kv_len - NUM_Q_TOKENS))[:, None]
+    # After the wait, with no cache writes of its own, the block is final: the step's rows come with it.
+    after_wait = (n_first < end)[:, None] if EARLY == 2 and not NORM_ROPE else settled
     if EARLY == 1:
         k_first = tl.load(k_first_ptrs, mask=settled, other=0.0)
         v_first = tl.load(v_first_ptrs, mask=settled, other=0.0)
@@ -305,8 +309,8 @@ def _split_kv_attention_kernel(
     if STAMPS:
         stamp(STAMP_BUF, me, 1, 0.0)
     if EARLY == 2:
-        k_first = tl.load(k_first_ptrs, mask=settled, other=0.0)
-        v_first = tl.load(v_first_ptrs, mask=settled, other=0.0)
+        k_first = tl.load(k_first_ptrs, mask=after_wait, other=0.0)
+        v_first = tl.load(v_first_ptrs, mask=after_wait, other=0.0)
     if AHEAD_ON and kv_len <= ahead_max_kv:
         rank = (kv_head * live_splits + split) * tl.num_programs(2) + tl.program_id(2)
         bulk_prefetch_l2(AHEAD.to(tl.pointer_type(tl.int8)) + ahead_offset, ahead_bytes, rank,
@@ -357,8 +361,18 @@ def _split_kv_attention_kernel(
         loop_start = start
         if EARLY:
             fresh = ((n_first >= kv_len - NUM_Q_TOKENS) & (n_first < end))[:, None]
-            k_first = tl.where(fresh, tl.load(k_first_ptrs, mask=fresh, other=0.0), k_first)
-            v_first = tl.where(fresh, tl.load(v_first_ptrs, mask=fresh, other=0.0), v_first)
+            if NORM_ROPE and NUM_Q_TOKENS == 1:
+                # The one token's row is in registers: taken from there, not read back after its store (a max
+                # against -inf picks row 0 with its bits, the sign of a zero included).
+                held = (n_first == tl.max(tl.where(t == 0, pos, -1), 0))[:, None]
+                k_row = tl.max(tl.where((t == 0)[:, None], k_new, float("-inf")), 0)
+                v_row = tl.max(tl.where((t == 0)[:, None], v_new.to(tl.float32), float("-inf")), 0)
+                k_first = tl.where(held, k_row[None, :].to(K.dtype.element_ty), k_first)
+                v_first = tl.where(held, v_row[None, :].to(V.dtype.element_ty), v_first)
+                fresh = fresh & ~held
+            if EARLY == 1 or NORM_ROPE:
+                k_first = tl.where(fresh, tl.load(k_first_ptrs, mask=fresh, other=0.0), k_first)
+                v_first = tl.where(fresh, tl.load(v_first_ptrs, mask=fresh, other=0.0), v_first)
             m_i, l_i, acc = _online_softmax_tile(q, k_first, v_first, n_first, q_pos, end, m_i, l_i, acc, qk_scale,
                                                  MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
             loop_start = start + BLOCK_N
