@@ -334,9 +334,22 @@ def test_split_policy_reads_the_gpu_section(monkeypatch):
     monkeypatch.setattr(attention, "section", lambda device, name: {})
     assert attention.SplitPolicy.of("cpu") == attention.SplitPolicy()
     monkeypatch.setattr(attention, "section", lambda device, name: {
-        "max_num_splits": 12, "row_blocks_below": 4096, "tokens_per_program": 4, "row_block_max_splits": 4})
-    assert attention.SplitPolicy.of("cpu") == attention.SplitPolicy(12, 4096, 4, 4)
+        "max_num_splits": 12, "row_blocks_below": 4096, "tokens_per_program": 4, "row_block_max_splits": 4,
+        "one_token_max_splits": 24})
+    assert attention.SplitPolicy.of("cpu") == attention.SplitPolicy(12, 4096, 4, 4, 24)
     assert attention.max_num_splits("cpu") == 12
+
+
+def test_one_token_steps_go_past_the_split_limit_with_long_shares():
+    from tileinfer.ops.attention import SplitPolicy
+    lengths = (100, 1024, 4096, 8191, 8192, 12000, 32768, 131072)
+    wide = SplitPolicy(one_token_max_splits=32)
+    assert [wide.num_splits(n, 1) for n in lengths] == [1, 16, 16, 31, 32, 32, 32, 32]
+    assert [SplitPolicy().num_splits(n, 1) for n in lengths] == [1, 16, 16, 16, 16, 16, 16, 16]
+    assert [wide.num_splits(n, 16) for n in lengths] == [SplitPolicy().num_splits(n, 16) for n in lengths]
+    assert SplitPolicy(max_splits=4, one_token_max_splits=8).num_splits(1024, 1) == 4  # shares under 256: the limit
+    assert SplitPolicy(max_splits=4, one_token_max_splits=8).num_splits(4096, 1) == 8
+    assert SplitPolicy(max_splits=64, one_token_max_splits=32).num_splits(8192, 1) == 64  # never fewer than without
 
 
 def test_default_num_splits():

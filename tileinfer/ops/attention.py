@@ -41,18 +41,25 @@ def max_num_splits(device) -> int:
     return SplitPolicy.of(device).max_splits
 
 
-def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX_NUM_SPLITS) -> int:
+def default_num_splits(kv_len: int, num_q_tokens: int = 1, max_splits: int = MAX_NUM_SPLITS,
+                       one_token_max_splits: int | None = None) -> int:
     """Split count for ``decode_attention``: one token reads best with shares of 64 positions or more,
     a block of 16 (its 64-row partials to write and merge) with shares of 256 or more and, below 8k,
-    at most 8 splits; never more than ``max_splits`` (16 × 8 KV heads = 128 programs, one wave on 132 SMs)."""
+    at most 8 splits; never more than ``max_splits`` (16 × 8 KV heads = 128 programs, one wave on 132 SMs).
+    ``one_token_max_splits`` lets one token past that, up to it, with shares of 256 positions or more."""
     # H200, Qwen3-4B heads, bf16, CUDA graph, µs by splits (bench/results/attention_splits_h200.csv):
     #   T=1:   1k 4 → 8.3, 8 → 7.9, 16 → 8.7;  4k 8 → 13.5, 16 → 12.3;  32k 16 → 40.0, 32 → 53.8
     #   T=1 since the merge needs no first pass (attention_stages_h200.csv, 1k after the QKV GEMV): 8 → 7.06,
     #   16 → 5.61; Qwen3-4B's plain step at 1k 2.752 → 2.728 ms with 16 (floor_step_kv_h200.csv)
     #   T=16:  1k 4 → 12.2, 8 → 13.6, 16 → 18.1;  2k 8 → 15.2, 16 → 19.4;  4k 8 → 18.7, 16 → 21.6;
     #          8k 8 → 25.5, 16 → 25.7;  32k 16 → 50.2, 32 → 64.1
+    #   T=1 in Qwen3-4B's plain step (bench/results/floor_splits_h200.csv), ms at 16 / 32 splits: 4k 2.85 / 2.89,
+    #   8k 3.14 / 3.04, 32k 4.57 / 3.98; a 16-token verify step loses with 32 (8k 4.41 / 4.87)
     if num_q_tokens == 1:
-        return max(1, min(max_splits, kv_len // 64))
+        splits = min(max_splits, kv_len // 64)
+        if one_token_max_splits:
+            splits = max(splits, min(one_token_max_splits, kv_len // 256))
+        return max(1, splits)
     return max(1, min(max_splits, kv_len // 256, 8 if kv_len < 8192 else max_splits))
 
 
@@ -61,11 +68,13 @@ class SplitPolicy:
     """How a step's attention is cut outside exact mode, from the GPU's "decode_attention" section:
     `max_splits` ("max_num_splits"); below `row_blocks_below` positions a step of several tokens gives
     each program `tokens_per_program` of them and at most `row_block_max_splits` splits (None: no bound
-    of its own). The engine picks its steps' shapes from it and the activation model sizes their partials."""
+    of its own); a one-token step may go past `max_splits` up to `one_token_max_splits` (None: not). The engine
+    picks its steps' shapes from it and the activation model sizes their partials."""
     max_splits: int = MAX_NUM_SPLITS
     row_blocks_below: int = 0
     tokens_per_program: int | None = None
     row_block_max_splits: int | None = None
+    one_token_max_splits: int | None = None
 
     @classmethod
     def of(cls, device) -> "SplitPolicy":
@@ -74,7 +83,8 @@ class SplitPolicy:
     @classmethod
     def from_section(cls, tuned: dict) -> "SplitPolicy":
         return cls(tuned.get("max_num_splits", MAX_NUM_SPLITS), tuned.get("row_blocks_below", 0),
-                   tuned.get("tokens_per_program"), tuned.get("row_block_max_splits"))
+                   tuned.get("tokens_per_program"), tuned.get("row_block_max_splits"),
+                   tuned.get("one_token_max_splits"))
 
     def per_program(self, max_length: int, num_q_tokens: int) -> int:
         """Query tokens a program takes: `tokens_per_program` where the request stays below
@@ -93,7 +103,7 @@ class SplitPolicy:
         limit = self.max_splits
         if self.row_block_max_splits and self.per_program(max_length, num_q_tokens) < num_q_tokens:
             limit = min(limit, self.row_block_max_splits)
-        return default_num_splits(max_length, num_q_tokens, limit)
+        return default_num_splits(max_length, num_q_tokens, limit, self.one_token_max_splits)
 
 
 def exact_num_splits(max_length: int, max_splits: int = MAX_NUM_SPLITS) -> int:

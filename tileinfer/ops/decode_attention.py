@@ -29,9 +29,10 @@ bench/results/attention_prefetch_h200.csv), so its tuned ``prefetch_rows`` is 0.
 the rows before the step's tokens were cached by an earlier step (`early_kv`), each program can instead
 load the first block of its share into registers before the wait; that made Qwen3-4B's steps slower on
 the H200 (plain decode 2.77 → 2.81 ms, DFlash 3.85 → 3.93 ms at 1k, bench/results/floor_early_kv_h200.csv),
-so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`. With `set_kv_first` (TILEINFER_KV_FIRST=1,
-off until measured) every program loads that block right after the wait instead, beside the step's raw
-q/k/v, so the HBM read no longer waits for the step's rows to be normed, rotated and written. With
+so it is off unless TILEINFER_EARLY_KV=1 or `set_early_kv(True)`. With `set_kv_first` (TILEINFER_KV_FIRST=1)
+every program loads that block right after the wait instead, beside the step's raw q/k/v, so the HBM read no
+longer waits for the step's rows to be normed, rotated and written; off, as on the H200 it slowed plain decode
+up to 4k by 3-4 % and gained at most 1 % elsewhere (bench/results/floor_kv_first_h200.csv). With
 `set_l2_ahead` (TILEINFER_L2_AHEAD=1; slower on the H200, bench/results/floor_l2_ahead_h200.csv) the
 programs ask L2 for the next projection's weight right after the wait, in a few bulk requests each.
 """
