@@ -33,13 +33,15 @@ attention's columns as its merges store them (`flow.set_o_flow`); `--res-flow of
 each gate_up and the next layer's qkv reading the residual stream's columns as the o and down projections
 store them, and with it where that consumer is an INT8 GEMV (`flow.set_res_flow`); `--num-splits
 auto,16,24` with the engine's split count for the decode attention and with each count given;
+`--block-sizes 4,8,16` DFlash steps of those blocks (anchor + drafts; the rows' `block`), each replay in the
+blocks that hold its steps (1.87 tokens a step in blocks of 2 and more, 7.1 in blocks of 8 and more);
 `--override JSON` with some of the GPU's tuned values replaced (bench/tuned_override.py; the rows' `override`
 column), e.g. the o projection asking L2 for its whole weight share while the attention runs:
 `--override '{"skinny_gemm": {"2560x4096": {"m1": {"bf16": {"prefetch_k": 64}}}}}'`; `--configs installed,before.json`
 with the GPU's installed configs file and with another file of the same GPU in its place (a tune's A/B before
 or after installing it; `heuristic`: no tuned entries at all; the rows' `configs`).
 
-Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × linears. `drafter_ms` and
+Writes floor_<gpu>.csv: one row per model × weights × mode × point × accept × block × linears. `drafter_ms` and
 `verify_ms` are a step's phases on the GPU (CUDA events), `gpu_idle_ms` the rest of its wall time: the GPU
 waiting on the host between steps. `--launches` also writes floor_launches_<gpu>.csv: every launch of a
 plain and a DFlash step (tileinfer_profiling.launches), its own and whole time inside the step's graph (on
@@ -51,6 +53,7 @@ step's kernels in its CUDA graphs, per pair of kernels around the gaps, µs per 
 import argparse
 import gc
 import itertools
+import json
 import math
 import os
 import sys
@@ -71,6 +74,7 @@ from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer.ops import decode_attention, flow, gemm_configs, pdl, skinny_gemm, tuning  # noqa: E402
+from tileinfer.shapes import DrafterShape  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -111,9 +115,9 @@ def pdl_label(device):
     return "on" if pdl.enabled_for(device) else "off"
 
 
-def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts, device):
+def floor_row(model, weights, mode, point, accept, linears, r, floor_ms, layers, counts, device, block=1):
     per_layer = (r["step_ms"] - floor_ms) * 1e3 / layers
-    return dict(model=model, weights=weights, mode=mode, point=point, accept=accept, linears=linears,
+    return dict(model=model, weights=weights, mode=mode, point=point, accept=accept, linears=linears, block=block,
                 tok_s=r["decode_tok_s"], step_ms=r["step_ms"], floor_ms=floor_ms,
                 fraction_of_floor=floor_ms / r["step_ms"], launches_per_layer=counts[0], launches_per_step=counts[1],
                 us_per_layer_over_floor=per_layer, pdl=pdl_label(device),
@@ -147,19 +151,27 @@ def measure_model(model, args, bandwidth, record, cublas=True, record_sites=None
             counts, prof = launches(engine, ids, 1, None, graphs=record_sites is not None)
             if record_sites:
                 record_sites(site_rows(prof, cfg, kv, weights, bandwidth), prof.idle_gaps(), model=model, weights=weights, mode="plain",
-                             point=point, accept="-", pdl=pdl_label(engine.device), **fused)
+                             point=point, accept="-", block=1, pdl=pdl_label(engine.device), **fused)
             r = timed(engine, ids, args.new_tokens, args.repeats, block_size=1, **splits)
             record(floor_row(model, weights, "plain", point, "-", "triton", r, plain_floor, layers, counts,
                              engine.device) | fused)
             dflash_floor = dflash_step_bytes(cfg, engine.drafter.config, kv, weights) / bandwidth * 1e3
-            counts, prof = launches(engine, ids, engine.block_max, replayed(point)[0], graphs=record_sites is not None)
-            if record_sites:
-                record_sites(site_rows(prof, cfg, kv, weights, bandwidth), prof.idle_gaps(), model=model, weights=weights, mode="dflash",
-                             point=point, accept=f"replay:{replayed(point)[0]}", pdl=pdl_label(engine.device), **fused)
-            for tps in replayed(point):
-                r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps, **splits)
-                record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
-                                 counts, engine.device) | fused)
+            for block in args.block_sizes or [engine.block_max]:
+                # a replay needs blocks that hold its largest step (7.1 tokens a step commits 7 or 8)
+                tps_fit = [tps for tps in replayed(point) if math.ceil(tps) <= block]
+                if not tps_fit:
+                    print(f"{model} {point}: no replay fits blocks of {block} ({', '.join(map(str, replayed(point)))} "
+                          "tokens a step)", flush=True)
+                    continue
+                counts, prof = launches(engine, ids, block, tps_fit[0], graphs=record_sites is not None)
+                if record_sites:
+                    record_sites(site_rows(prof, cfg, kv, weights, bandwidth), prof.idle_gaps(), model=model, weights=weights,
+                                 mode="dflash", point=point, accept=f"replay:{tps_fit[0]}", block=block,
+                                 pdl=pdl_label(engine.device), **fused)
+                for tps in tps_fit:
+                    r = timed(engine, ids, args.new_tokens, args.repeats, accept_profile=tps, block_size=block, **splits)
+                    record(floor_row(model, weights, "dflash", point, f"replay:{tps}", "triton", r, dflash_floor, layers,
+                                     counts, engine.device, block=block) | fused)
         del engine
         gc.collect()
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
@@ -236,6 +248,9 @@ def main(argv=None):
                         help="off, on, int8 (INT8 GEMV consumers only), comma-separated: each gate_up and the next "
                              "layer's qkv read the residual stream's columns as the o and down projections store "
                              "them (default: as TILEINFER_RES_FLOW says)")
+    parser.add_argument("--block-sizes", default="",
+                        help="comma-separated DFlash blocks (anchor + drafts) to measure, each replay in those that "
+                             "hold it (default: the drafter's own)")
     parser.add_argument("--num-splits", default="auto",
                         help="the decode attention's split count: auto (the engine's choice) or counts, comma-separated")
     parser.add_argument("--launches", action="store_true",
@@ -261,6 +276,11 @@ def main(argv=None):
      args.mlp_flow, args.o_flow, args.res_flow, args.num_splits) = (s.split(",") for s in (
         args.pdl, args.fuse_norms, args.kv_prefetch, args.step_kv, args.early_kv, args.early_epilogue, args.l2_ahead,
         args.mlp_flow, args.o_flow, args.res_flow, args.num_splits))
+    blocks = [x for x in args.block_sizes.split(",") if x]
+    bad_blocks = [x for x in blocks if not (x.isdigit() and int(x) >= 2)]
+    if bad_blocks:
+        parser.error(f"--block-sizes takes blocks of 2 tokens or more, got {', '.join(bad_blocks)}")
+    args.block_sizes = [int(x) for x in blocks]
     bad_splits = [x for x in args.num_splits if x != "auto" and not (x.isdigit() and int(x) >= 1)]
     if bad_splits:
         parser.error(f"--num-splits takes auto or counts >= 1, got {', '.join(bad_splits)}")
@@ -274,6 +294,12 @@ def main(argv=None):
         unknown = [x for x in given if x not in known and not (name == "--kv-prefetch" and _is_rows(x))]
         if unknown:
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    for model in args.models if args.block_sizes else ():
+        drafter = checkpoints(model, Path(args.root))[1]
+        block_max = DrafterShape.of(json.loads((drafter / "config.json").read_text())).block_size
+        past = [b for b in args.block_sizes if b > block_max]
+        if past:
+            parser.error(f"--block-sizes: {', '.join(map(str, past))} past {model}'s drafter block of {block_max}")
     patch = tuned_override.from_args(parser, args)
     args.configs = _configs_files(parser, args.configs.split(","), patch)
     out = Path(args.out)
@@ -358,12 +384,12 @@ def main(argv=None):
     flow.set_res_flow(res_flow_before)
     print(f"\n{env['gpu']}, torch {env['torch']}, triton {env['triton']}, rev {env['git_rev']}, read bandwidth "
           f"{env['gpu_bandwidth_gbs']} GB/s ({env['gpu_bandwidth_source']}); random weights; rows in {path}")
-    print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'lin':6} {'tok/s':>8} {'step ms':>8} "
+    print(f"{'model':11} {'w':5} {'mode':6} {'pt':4} {'accept':12} {'blk':>3} {'lin':6} {'tok/s':>8} {'step ms':>8} "
           f"{'floor':>7} {'of floor':>8} {'idle ms':>7} {'launch/L':>8} {'us/L over':>9} {'pdl':>4} {'fuse':>4} {'pf':>3} {'pfa':>3} {'sk':>2} {'kv':>3} "
           f"{'skv':>3} {'ekv':>5} {'esm':>3} {'l2a':>3} {'flow':>4} {'oflw':>4} {'rflw':>4} {'splits':>6}"
           + ("  configs" if len(args.configs) > 1 else ""))
     for r in rows:
-        print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['linears']:6} "
+        print(f"{r['model']:11} {r['weights']:5} {r['mode']:6} {r['point']:4} {r['accept']:12} {r['block']:3} {r['linears']:6} "
               f"{r['tok_s']:8.1f} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} {r['fraction_of_floor']:8.2f} "
               f"{r['gpu_idle_ms']:7.3f} {r['launches_per_layer']:8.1f} {r['us_per_layer_over_floor']:9.1f} {r['pdl']:>4} {r['fuse_norms']:>4} {r['prefetch_k']:3} {r['prefetch_ahead']:3} {r['stream_k']:2} {r['kv_prefetch']:>3} "
               f"{r['step_kv']:>3} {r['early_kv']:>5} {r['early_epilogue']:>3} {r['l2_ahead']:>3} {r['mlp_flow']:>4} "
@@ -395,15 +421,15 @@ def _configs_files(parser, given, patch) -> list[tuple[str, dict | None]]:
     return out
 
 
-SWITCHES = ("point", "configs", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "stream_k", "step_kv", "early_kv", "early_epilogue",
+SWITCHES = ("point", "block", "configs", "pdl", "fuse_norms", "prefetch_k", "prefetch_ahead", "stream_k", "step_kv", "early_kv", "early_epilogue",
             "l2_ahead", "mlp_flow", "o_flow", "res_flow", "num_splits")
 
 
 def by_setting(df, keys):
     """df in groups by `keys` and by each of SWITCHES the run varied: (the keys' values, the settings as a
     label, the group)."""
-    varied = [c for c in SWITCHES if c not in keys and c in df and df[c].nunique() > 1]
-    for key, g in df.groupby([*keys, *varied], sort=False):
+    varied = [c for c in SWITCHES if c not in keys and c in df and (df.groupby(keys)[c].nunique() > 1).any()]
+    for key, g in df.groupby([*keys, *varied], sort=False, dropna=False):
         yield key[:len(keys)], "".join(f"{c} {v}, " for c, v in zip(varied, key[len(keys):])), g
 
 

@@ -95,6 +95,7 @@ def test_a_row_per_configuration_beside_its_floor(table):
     (["--points", "tiny", "--num-splits", "auto,0"], "--num-splits takes auto or counts >= 1, got 0"),
     (["--points", "tiny", "--prefetch-ahead", "0,-2"], "--prefetch-ahead takes non-negative integers"),
     (["--points", "tiny", "--stream-k", "one"], "--stream-k takes non-negative integers"),
+    (["--points", "tiny", "--block-sizes", "4,1"], "--block-sizes takes blocks of 2 tokens or more, got 1"),
 ])
 def test_unknown_value_is_named(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
@@ -224,4 +225,21 @@ def test_another_gpus_configs_file_is_refused_before_anything_runs(tmp_path, cap
         floor_bench.main(["--models", "tiny", "--points", "tiny", "--configs", str(path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert "--configs:" in err and "holds the configs of 'Some Other GPU'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dflash_steps_measured_in_each_block_that_holds_the_replay(tmp_path, capsys):
+    """`--block-sizes 2,4`: the tiny preset replays 3 tokens a step, which blocks of 2 cannot hold (said, no
+    row); blocks of 4 get a row, the plain step a block of 1."""
+    table = tiny_rows(tmp_path, "--block-sizes", "2,4")
+    assert list(zip(table["mode"], table["block"], table["accept"])) == [("plain", 1, "-"), ("dflash", 4, "replay:3.0")]
+    assert table.loc[1, "tokens_per_step"] <= 4
+    assert "tiny tiny: no replay fits blocks of 2 (3.0 tokens a step)" in capsys.readouterr().out
+
+
+def test_a_block_past_the_drafters_is_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        floor_bench.main(["--models", "tiny", "--points", "tiny", "--block-sizes", "4,64", "--bandwidth-gbs", "50",
+                          "--out", str(tmp_path / "out"), "--root", str(tmp_path / "checkpoints")])
+    assert "--block-sizes: 64 past tiny's drafter block of" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
