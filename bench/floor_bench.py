@@ -53,7 +53,6 @@ step's kernels in its CUDA graphs, per pair of kernels around the gaps, µs per 
 import argparse
 import gc
 import itertools
-import json
 import math
 import os
 import sys
@@ -74,7 +73,7 @@ from bench.ref.tileinfer_spec import BENCH_ROOT  # noqa: E402
 from tileinfer_profiling.roofline import dflash_step_bytes, step_bytes  # noqa: E402
 from tileinfer_profiling.run_info import command_line  # noqa: E402
 from tileinfer.ops import decode_attention, flow, gemm_configs, pdl, skinny_gemm, tuning  # noqa: E402
-from tileinfer.shapes import DrafterShape  # noqa: E402
+from tileinfer.config import DFlashConfig, read_json  # noqa: E402
 from tileinfer_profiling.step import profile_step  # noqa: E402
 
 MODELS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
@@ -296,7 +295,7 @@ def main(argv=None):
             parser.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     for model in args.models if args.block_sizes else ():
         drafter = checkpoints(model, Path(args.root))[1]
-        block_max = DrafterShape.of(json.loads((drafter / "config.json").read_text())).block_size
+        block_max = DFlashConfig.from_dict(read_json(drafter / "config.json")).block_size
         past = [b for b in args.block_sizes if b > block_max]
         if past:
             parser.error(f"--block-sizes: {', '.join(map(str, past))} past {model}'s drafter block of {block_max}")
