@@ -144,6 +144,21 @@ def test_decode_l2_ahead_has_the_same_bits(num_q_tokens, num_splits, tokens_per_
     assert_close(plain, attention_ref(q, k, v, 300, True), *TOLERANCES[torch.bfloat16], "L2 ahead")
 
 
+@pytest.mark.parametrize("num_q_tokens,num_splits,tokens_per_program", [(1, 12, None), (1, 20, None), (16, 5, 4)])
+def test_late_trigger_and_wide_merge_have_the_same_bits(num_q_tokens, num_splits, tokens_per_program, device,
+                                                        monkeypatch):
+    """A GPU section that triggers PDL's dependents after the K/V loop and merges up to 16 partials at once
+    (fewer splits than that, and more) changes no bit of the output."""
+    q, k, v = make_inputs(1100, num_q_tokens, 8, 2, 32, torch.bfloat16, device)
+    kv_len_t = torch.tensor([1100], dtype=torch.int32, device=device)
+    kw = dict(causal=True, num_splits=num_splits, tokens_per_program=tokens_per_program)
+    plain = decode_attention(q, k, v, kv_len_t, **kw)
+    tuned = {"trigger": "loop", "merge_unroll": 16}
+    monkeypatch.setattr(decode_attention_module, "section", lambda device, name: tuned)
+    assert torch.equal(decode_attention(q, k, v, kv_len_t, **kw), plain)
+    assert_close(plain, attention_ref(q, k, v, 1100, True), *TOLERANCES[torch.bfloat16], "late trigger")
+
+
 def test_l2_ahead_asks_for_whole_granules_from_a_boundary(monkeypatch):
     """What the kernel is given: the offset to the weight's first 16-byte boundary and the whole 16-byte
     granules after it; nothing where the switch or the GPU says no."""

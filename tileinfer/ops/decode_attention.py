@@ -220,7 +220,7 @@ def _split_kv_attention_kernel(
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     PREFETCH_ROWS: tl.constexpr, LINES: tl.constexpr, NORM_ROPE: tl.constexpr, NEW_ROWS: tl.constexpr,
     TMA: tl.constexpr, EARLY: tl.constexpr, AHEAD_ON: tl.constexpr, AHEAD_PIECE: tl.constexpr,
-    STAMPS: tl.constexpr, FLOW: tl.constexpr,
+    STAMPS: tl.constexpr, FLOW: tl.constexpr, TRIGGER_LATE: tl.constexpr,
 ):
     """For query row r = (token t, head kv_head·GROUP + g), over keys n of this split:
         s_rn = q_r · k_n · scale,  masked to n <= kv_len − T + t when causal
@@ -247,6 +247,10 @@ def _split_kv_attention_kernel(
     (the weight of the projection after this attention), a share each: while the attention's dependent
     loads and merge leave HBM mostly idle, the next kernel's weights stream in. Not past ahead_max_kv
     positions, where the K/V streaming through L2 would evict those lines before they are read.
+
+    TRIGGER_LATE: the kernel after this one (under PDL) may start once every program has finished its K/V
+    loop, not once every program is past its wait: its programs' first weight reads then no longer share
+    HBM with this kernel's K/V reads.
 
     FLOW: each merge counts the columns it stored (its heads × HEAD_DIM, times its token rows) into
     FLOW_PTR's counters, for the o projection launched after it to read them as they come
@@ -306,7 +310,8 @@ def _split_kv_attention_kernel(
                                                   row_valid[:, None], HEAD_DIM)
     if PDL:
         gdc_wait()
-        gdc_launch_dependents()
+        if not TRIGGER_LATE:
+            gdc_launch_dependents()
     if STAMPS:
         stamp(STAMP_BUF, me, 1, 0.0)
     if EARLY == 2:
@@ -385,6 +390,8 @@ def _split_kv_attention_kernel(
                 q, k_base + n[:, None] * stride_kn, v_base + n[:, None] * stride_vn, n, q_pos, end, m_i, l_i,
                 acc, qk_scale, MASK=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION)
 
+    if PDL and TRIGGER_LATE:
+        gdc_launch_dependents()
     if STAMPS:
         stamp(STAMP_BUF, me, 3, tl.sum(l_i, 0))
     seen = l_i > 0.0
@@ -495,11 +502,11 @@ def merge_rows(num_q_tokens: int, group: int) -> int:
     return triton.next_power_of_2(num_q_tokens * group)
 
 
-def merge_unroll(merge_m: int, head_dim: int, num_warps: int) -> int:
-    """Partials the merge keeps in flight: up to 8 while they fit in ~64 registers a thread beside the
+def merge_unroll(merge_m: int, head_dim: int, num_warps: int, most: int = 8) -> int:
+    """Partials the merge keeps in flight: up to `most` while they fit in ~64 registers a thread beside the
     accumulator (a 64-row tile of 128 fp32 takes 64 on 4 warps: one at a time, else it spills)."""
     tile_regs = merge_m * head_dim // (32 * num_warps)
-    return max(1, min(8, 64 // max(tile_regs, 1)))
+    return max(1, min(most, 64 // max(tile_regs, 1)))
 
 
 @dataclass(frozen=True)
@@ -558,6 +565,8 @@ def decode_attention(
     warps_given = num_warps is not None
     num_warps = num_warps or tuned.get("num_warps", 4)
     num_stages = num_stages or tuned.get("num_stages", 3)
+    unroll_most = tuned.get("merge_unroll", 8)
+    trigger_late = tuned.get("trigger", "wait") == "loop"
     if prefetch_rows is None:
         prefetch_rows = _kv_prefetch_rows if _kv_prefetch_rows is not None else tuned.get("prefetch_rows", -1)
     if not kv_prefetch():
@@ -633,18 +642,19 @@ def decode_attention(
             new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1), new.cos_sin.stride(0),
             NUM_Q_TOKENS=num_q_tokens, TOKENS=tokens, GROUP=group, HEAD_DIM=head_dim,
             BLOCK_M=block_m, BLOCK_N=c.block_n, MERGE_M=merge_m,
-            MERGE_UNROLL=merge_unroll(merge_m, head_dim, c.num_warps),
+            MERGE_UNROLL=merge_unroll(merge_m, head_dim, c.num_warps, unroll_most),
             CAUSAL=causal, UPCAST=INTERPRET, DOT_PRECISION=dot_precision,
             PREFETCH_ROWS=prefetch_rows, LINES=max(1, head_dim * k_cache.element_size() // 128),
             NORM_ROPE=step_kv is not None, NEW_ROWS=MAX_STEP_TOKENS, TMA=tma, EARLY=early,
             AHEAD_ON=ahead_bytes > 0, AHEAD_PIECE=AHEAD_PIECE, STAMPS=stamps is not None, FLOW=flow,
-            num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
+            TRIGGER_LATE=trigger_late, num_warps=c.num_warps, num_stages=c.num_stages, **launch_options(q.device),
         )
 
     if flow:
         flow_buf = produced(q.device, "o", num_q_heads * head_dim)
     cfg = DecodeAttentionConfig(block_n, num_warps, num_stages)
     key = ("decode_attention", num_q_tokens, tokens, group, head_dim, block_m, q.dtype, k_cache.dtype, causal,
-           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None, flow)
+           cfg, q.device, prefetch_rows, step_kv is not None, tma, early, ahead_bytes > 0, stamps is not None, flow,
+           unroll_most, trigger_late)
     launch_fitted(key, shrink(cfg, blocks=(("block_n", 16),)), launch)
     return out
