@@ -36,8 +36,8 @@ REWRITES = {
                   (_MERGE, "if arrived == -1:")],
     "noload": [("k = tl.load(k_ptrs, mask=n_valid[:, None], other=0.0)", "k = (k_ptrs.to(tl.int64) * 0).to(tl.bfloat16)"),
                ("v = tl.load(v_ptrs, mask=n_valid[:, None], other=0.0)", "v = (v_ptrs.to(tl.int64) * 0).to(tl.bfloat16)")],
-    "nowork": [("        gdc_launch_dependents()\n    if STAMPS:",
-                "        gdc_launch_dependents()\n    if kv_len > 0:\n        return\n    if STAMPS:")],
+    "nowork": [("            gdc_launch_dependents()\n    if STAMPS:",
+                "            gdc_launch_dependents()\n    if kv_len > 0:\n        return\n    if STAMPS:")],
 }
 VARIANTS = (*REWRITES, "early_kv")
 DEFAULT_POINTS = "1024:1:8,1024:1:16,1024:16:8,8192:16:8"
