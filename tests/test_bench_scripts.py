@@ -83,11 +83,36 @@ def test_acceptance_measures_the_benchmark_seeds_and_prints_their_means(tmp_path
     acceptance.main(["--points", "1k", "--seeds", "2", "--heldout", "0", "--out", str(out)])
     df = pd.read_csv(out)
     assert sorted(df["source"].unique()) == ["julia:seed=0", "julia:seed=1"] and len(df) == 4
-    assert df["lossless"].all() and (df["exact"] == "on").all()
+    assert df["lossless"].all() and (df["exact"] == "on").all() and (df["block"] == 16).all()
     printed = capsys.readouterr().out
     for task in ("edit", "explain"):
         mean = df.loc[df["task"] == task, "mean_tokens_per_step"].mean()
-        assert f"mean benchmark {task:8} 1k  {mean:6.2f} tokens/step over 2 prompts" in printed
+        assert f"mean benchmark {task:8} 1k  block 16 {mean:6.2f} tokens/step over 2 prompts" in printed
+
+
+def test_acceptance_decodes_each_prompt_with_each_block(tmp_path, capsys):
+    """A row per prompt and block, every reply lossless; no step commits more tokens than its block holds."""
+    import pandas as pd
+
+    from bench import acceptance
+
+    out = tmp_path / "acceptance.csv"
+    acceptance.main(["--points", "1k", "--seeds", "1", "--heldout", "0", "--block-sizes", "4,16", "--out", str(out)])
+    df = pd.read_csv(out)
+    assert len(df) == 4 and sorted(df["block"]) == [4, 4, 16, 16] and df["lossless"].all()
+    for _, row in df.iterrows():
+        sizes = [int(pair.split(":")[0]) for pair in row["histogram"].split()]
+        assert max(sizes) <= row["block"] and row["mean_tokens_per_step"] <= row["block"]
+    printed = capsys.readouterr().out
+    assert "block  4" in printed and "block 16" in printed
+
+
+def test_acceptance_refuses_a_block_past_the_drafters(tmp_path, capsys):
+    from bench import acceptance
+
+    with pytest.raises(SystemExit):
+        acceptance.main(["--seeds", "1", "--heldout", "0", "--block-sizes", "4,17", "--out", str(tmp_path / "a.csv")])
+    assert "--block-sizes 4,17" in capsys.readouterr().err and not (tmp_path / "a.csv").exists()
 
 
 @pytest.mark.parametrize("seeds", ["-1", "9"])
