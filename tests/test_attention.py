@@ -159,6 +159,15 @@ def test_late_trigger_and_wide_merge_have_the_same_bits(num_q_tokens, num_splits
     assert_close(plain, attention_ref(q, k, v, 1100, True), *TOLERANCES[torch.bfloat16], "late trigger")
 
 
+@pytest.mark.parametrize("tuned", [{"trigger": "later"}, {"merge_unroll": 0}, {"merge_unroll": "8"}])
+def test_bad_trigger_or_merge_unroll_is_named(tuned, device, monkeypatch):
+    q, k, v = make_inputs(40, 1, 4, 1, 16, torch.float32, device)
+    kv_len = torch.tensor([40], dtype=torch.int32, device=device)
+    monkeypatch.setattr(decode_attention_module, "section", lambda device, name: tuned)
+    with pytest.raises(ConfigError, match="trigger 'wait' or 'loop' and merge_unroll"):
+        decode_attention(q, k, v, kv_len)
+
+
 def test_l2_ahead_asks_for_whole_granules_from_a_boundary(monkeypatch):
     """What the kernel is given: the offset to the weight's first 16-byte boundary and the whole 16-byte
     granules after it; nothing where the switch or the GPU says no."""

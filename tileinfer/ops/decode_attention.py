@@ -566,7 +566,11 @@ def decode_attention(
     num_warps = num_warps or tuned.get("num_warps", 4)
     num_stages = num_stages or tuned.get("num_stages", 3)
     unroll_most = tuned.get("merge_unroll", 8)
-    trigger_late = tuned.get("trigger", "wait") == "loop"
+    trigger = tuned.get("trigger", "wait")
+    if trigger not in ("wait", "loop") or not isinstance(unroll_most, int) or unroll_most < 1:
+        raise ConfigError(f"the GPU's decode_attention section takes trigger 'wait' or 'loop' and merge_unroll a "
+                          f"positive integer, got trigger {trigger!r}, merge_unroll {unroll_most!r}")
+    trigger_late = trigger == "loop"
     if prefetch_rows is None:
         prefetch_rows = _kv_prefetch_rows if _kv_prefetch_rows is not None else tuned.get("prefetch_rows", -1)
     if not kv_prefetch():
